@@ -1,0 +1,36 @@
+"""flowdata: a typed dataflow framework for machine-learning data pipelines.
+
+Write plain functions; parameter names name upstream nodes, annotations are types.
+``Parallel[T]``/``Sequential[T]`` mark sources, ``Collect[T]`` closes a group::
+
+    import flowdata as fd
+
+    dr = fd.Builder().with_modules(my_module).build()
+    dr.execute(["total"], inputs={"n": 10})
+"""
+
+from flowdata.driver import Builder, Driver
+from flowdata.errors import FlowdataError, GraphError, GraphProblem, InputError, NodeError, SampleError
+from flowdata.executors import Executor, InlineExecutor, ProcessExecutor
+from flowdata.plan import Plan
+from flowdata.types import Collect, Parallel, Sequential
+
+__all__ = [
+    "Builder",
+    "Collect",
+    "Driver",
+    "Executor",
+    "FlowdataError",
+    "GraphError",
+    "GraphProblem",
+    "InlineExecutor",
+    "InputError",
+    "NodeError",
+    "Parallel",
+    "Plan",
+    "ProcessExecutor",
+    "SampleError",
+    "Sequential",
+]
+
+__version__ = "0.1.0"

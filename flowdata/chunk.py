@@ -1,0 +1,181 @@
+"""Per-sample work on one chunk of samples, column by column.
+
+A chunk is a run of consecutive samples of one group. For each per-sample node, in
+dependency order, the node's function is mapped over the chunk's columns at once (one
+Python call per sample, no per-sample scheduling), so the cost per sample is close to a
+plain loop. Whole values (once nodes, inputs, Collect results) are repeated along the
+column.
+
+This module runs both in the main process (inline executor) and in worker processes,
+where :func:`worker_task` rebuilds the nodes from module names and config once per
+process and keeps them.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import time
+import traceback
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from itertools import repeat
+from typing import Any
+
+from flowdata.errors import describe, short_repr, user_traceback
+from flowdata.node import Node
+from flowdata.sample import make_rng
+
+__all__ = ["PassSpec", "ChunkResult", "Failure", "run_chunk", "worker_task"]
+
+
+@dataclass(frozen=True)
+class PassSpec:
+    """What one pass computes for each sample; names only, so it pickles.
+
+    Attributes:
+        group: The group's source name.
+        number: The pass number.
+        computes: Per-sample nodes to compute, producers first.
+        want: Columns to hand back (collected values and outputs).
+        seed: Seed for ``sample_rng``.
+        epoch: Epoch for ``sample_rng``.
+    """
+
+    group: str
+    number: int
+    computes: tuple[str, ...]
+    want: tuple[str, ...]
+    seed: int = 0
+    epoch: int = 0
+
+
+@dataclass(frozen=True)
+class Failure:
+    """A node that raised for one sample, as plain data that crosses processes."""
+
+    node: str
+    location: str
+    index: int
+    item: str
+    detail: str
+    error: BaseException | None
+    traceback_text: str
+
+
+@dataclass
+class ChunkResult:
+    """The wanted columns of a chunk, or the failure that stopped it."""
+
+    indices: Sequence[int]
+    columns: dict[str, list[Any]]
+    failure: Failure | None = None
+    seconds: float = 0.0
+    worker: str = "main"
+    calls: dict[str, int] = field(default_factory=dict)
+
+
+def _call_kw(fn: Callable[..., Any], names: tuple[str, ...], values: tuple[Any, ...]) -> Any:
+    return fn(**dict(zip(names, values, strict=True)))
+
+
+def run_chunk(
+    nodes: Mapping[str, Node],
+    spec: PassSpec,
+    whole: Mapping[str, Any],
+    indices: Sequence[int],
+    items: Sequence[Any],
+    worker: str = "main",
+) -> ChunkResult:
+    """Computes ``spec.computes`` for every sample of the chunk.
+
+    Args:
+        nodes: Nodes by name.
+        spec: The pass.
+        whole: Whole values the pass reads (once nodes, inputs, Collect results).
+        indices: Sample indices of the chunk.
+        items: Source items, aligned with ``indices``.
+        worker: Name of the process, for error messages.
+    """
+    t0 = time.perf_counter()
+    n = len(items)
+    cols: dict[str, Sequence[Any]] = {spec.group: items, "sample_index": indices}
+    for name in spec.computes:
+        node = nodes[name]
+        args: list[Any] = []
+        for p in node.params:
+            if p.name in cols:
+                args.append(cols[p.name])
+            elif p.name in whole:
+                args.append(repeat(whole[p.name], n))
+            elif p.name == "sample_rng":
+                cols["sample_rng"] = [make_rng(spec.seed, spec.epoch, i) for i in indices]
+                args.append(cols["sample_rng"])
+            else:
+                args.append(repeat(p.default, n))
+        out: list[Any] = []
+        try:
+            if node.positional_call:
+                out.extend(map(node.fn, *args))
+            else:
+                names = tuple(p.name for p in node.params)
+                out.extend(map(_call_kw, repeat(node.fn), repeat(names), zip(*args)))
+        except Exception as exc:
+            # list.extend keeps what it appended before the error: len(out) is the failing sample.
+            i = len(out)
+            exc.__traceback__ = user_traceback(exc.__traceback__)
+            failure = Failure(
+                node=name,
+                location=node.location,
+                index=indices[i],
+                item=short_repr(items[i]),
+                detail=describe(exc),
+                error=exc,
+                traceback_text="".join(traceback.format_exception(type(exc), exc, exc.__traceback__)),
+            )
+            return ChunkResult(indices, {}, failure, time.perf_counter() - t0, worker)
+        cols[name] = out
+    return ChunkResult(
+        indices,
+        {w: list(cols[w]) if w == spec.group else cols[w] for w in spec.want},  # type: ignore[misc]
+        None,
+        time.perf_counter() - t0,
+        worker,
+    )
+
+
+# --- worker side -------------------------------------------------------------------------
+
+_CONTEXTS: dict[bytes, tuple[Mapping[str, Node], PassSpec, Mapping[str, Any]]] = {}
+_PROGRAMS: dict[bytes, Mapping[str, Node]] = {}
+
+
+def worker_task(task: tuple[bytes, bytes, bytes, Sequence[int], Sequence[Any]]) -> ChunkResult:
+    """Runs one chunk in a worker process.
+
+    ``task`` is ``(context key, program bytes, context bytes, indices, items)``. The program
+    (module references and config) is loaded once per worker; the context (pass and whole
+    values) is unpickled once per pass.
+    """
+    key, program_bytes, ctx_bytes, indices, items = task
+    ctx = _CONTEXTS.get(key)
+    if ctx is None:
+        nodes = _PROGRAMS.get(program_bytes)
+        if nodes is None:
+            from flowdata.discover import load_program
+
+            nodes = load_program(pickle.loads(program_bytes))
+            _PROGRAMS[program_bytes] = nodes
+        spec, whole = pickle.loads(ctx_bytes)
+        if len(_CONTEXTS) >= 4:
+            _CONTEXTS.pop(next(iter(_CONTEXTS)))
+        ctx = _CONTEXTS[key] = (nodes, spec, whole)
+    nodes, spec, whole = ctx
+    result = run_chunk(nodes, spec, whole, indices, items, worker=f"pid {os.getpid()}")
+    if result.failure is not None and result.failure.error is not None:
+        try:
+            pickle.dumps(result.failure.error)
+        except Exception:  # an unpicklable exception still reaches the user as text
+            f = result.failure
+            result.failure = Failure(f.node, f.location, f.index, f.item, f.detail, None, f.traceback_text)
+    return result

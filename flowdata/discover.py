@@ -1,0 +1,301 @@
+"""Modules -> frozen nodes, through Hamilton's graph builder.
+
+This is the only module that imports Hamilton. Hamilton finds the public functions of a
+module and applies its function modifiers (``@parameterize``, ``@extract_fields``,
+``@config.when``, ``@tag``, ``@check_output``, ``@pipe``, ...); each resulting Hamilton
+node becomes a :class:`flowdata.node.Node`. Hamilton's edge building and type checks are not
+used: flowdata checks edges itself and reports every problem at once.
+
+Hamilton's ``Parallelizable[T]`` and ``Collect[T]`` are translated to flowdata's markers,
+so Hamilton modules run unchanged.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import inspect
+import logging
+import os
+import sys
+import typing
+from collections.abc import Callable, Iterable, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass
+from types import MappingProxyType, ModuleType
+from typing import Any, get_args, get_origin
+
+from flowdata.errors import GraphProblem, describe
+from flowdata.node import NO_DEFAULT, Node, Param
+from flowdata.types import read_marker
+
+__all__ = ["Program", "discover", "function_location", "load_program", "program_of"]
+
+
+def discover(
+    modules: Iterable[ModuleType], config: Mapping[str, Any]
+) -> tuple[tuple[Node, ...], tuple[GraphProblem, ...]]:
+    """Finds the nodes of ``modules`` under ``config``.
+
+    Returns:
+        The nodes in a stable order, and the problems found while reading them (missing
+        annotations, misused markers, duplicate names, modifiers that failed).
+    """
+    from hamilton.graph_utils import find_functions
+
+    nodes: dict[str, Node] = {}
+    problems: list[GraphProblem] = []
+    for module in modules:
+        for _, fn in find_functions(module):
+            missing = _missing_annotations(fn)
+            if missing:
+                problems.append(missing)
+                continue
+            try:
+                with _quiet_hamilton():
+                    hnodes = _resolve(fn, dict(config))
+            except Exception as exc:  # any modifier failure becomes a reported problem
+                file, line = function_location(fn)
+                problems.append(
+                    GraphProblem(
+                        code="FD002",
+                        title="modifier-error",
+                        message=f"function '{fn.__name__}' could not be expanded: {describe(exc)}",
+                        node=fn.__name__,
+                        locations=(f"{file}:{line}",),
+                        fix="check the decorator's arguments against Hamilton's documentation",
+                    )
+                )
+                continue
+            for hn in hnodes:
+                if hn.name in config:
+                    continue  # config values override nodes, as in Hamilton
+                node, node_problems = _to_node(hn, fn)
+                problems.extend(node_problems)
+                if node.name in nodes:
+                    first = nodes[node.name]
+                    problems.append(
+                        GraphProblem(
+                            code="FD004",
+                            title="duplicate-node",
+                            message=f"node '{node.name}' is defined twice",
+                            node=node.name,
+                            locations=(node.location, first.location),
+                            fix="rename one of the functions, or pass only one of the modules",
+                        )
+                    )
+                    continue
+                nodes[node.name] = node
+    return tuple(nodes.values()), tuple(problems)
+
+
+def _resolve(fn: Callable[..., Any], config: dict[str, Any]) -> Any:
+    from hamilton.function_modifiers import base as fm_base
+
+    return fm_base.resolve_nodes(fn, config)
+
+
+@contextmanager
+def _quiet_hamilton() -> Any:
+    """Hamilton logs a stack trace before re-raising modifier errors; we report them ourselves."""
+    log = logging.getLogger("hamilton.function_modifiers.base")
+    old = log.level
+    log.setLevel(logging.CRITICAL)
+    try:
+        yield
+    finally:
+        log.setLevel(old)
+
+
+def function_location(fn: Callable[..., Any]) -> tuple[str, int]:
+    """(file, line) of a function, the file relative to the working directory when inside it."""
+    fn = inspect.unwrap(fn)
+    code = getattr(fn, "__code__", None)
+    try:
+        file = inspect.getsourcefile(fn) or (code.co_filename if code else "<unknown>")
+    except TypeError:
+        file = "<unknown>"
+    line = code.co_firstlineno if code else 0
+    try:
+        rel = os.path.relpath(file)
+        if not rel.startswith(".."):
+            file = rel
+    except ValueError:
+        pass
+    return file, line
+
+
+def _missing_annotations(fn: Callable[..., Any]) -> GraphProblem | None:
+    try:
+        hints = typing.get_type_hints(fn, include_extras=True)
+    except Exception as exc:  # e.g. a forward reference that does not resolve
+        file, line = function_location(fn)
+        return GraphProblem(
+            code="FD001",
+            title="missing-annotation",
+            message=f"the annotations of '{fn.__name__}' cannot be read: {describe(exc)}",
+            node=fn.__name__,
+            locations=(f"{file}:{line}",),
+            fix="import every name used in the annotations at module level",
+        )
+    sig = inspect.signature(fn)
+    lacking = [
+        p.name
+        for p in sig.parameters.values()
+        if p.name not in hints and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)
+    ]
+    no_return = "return" not in hints
+    if not lacking and not no_return:
+        return None
+    what = [f"parameter '{n}'" for n in lacking] + (["the return value"] if no_return else [])
+    file, line = function_location(fn)
+    return GraphProblem(
+        code="FD001",
+        title="missing-annotation",
+        message=f"function '{fn.__name__}' has no type for {', '.join(what)}",
+        node=fn.__name__,
+        locations=(f"{file}:{line}",),
+        expected="every parameter and the return value annotated",
+        actual=f"{fn.__name__}{sig}",
+        fix="annotate it, e.g. 'def f(x: int) -> float'",
+    )
+
+
+def _hamilton_marker(tp: Any) -> tuple[str | None, Any]:
+    """Reads Hamilton's ``Parallelizable[T]`` / ``Collect[T]`` as flowdata markers."""
+    from hamilton import htypes
+
+    origin = get_origin(tp)
+    if origin is htypes.Parallelizable:
+        args = get_args(tp)
+        return "parallel", (args[0] if args else Any)
+    if origin is htypes.Collect:
+        args = get_args(tp)
+        return "collect", (args[0] if args else Any)
+    return None, tp
+
+
+def _read(tp: Any) -> tuple[str | None, Any]:
+    kind, inner = read_marker(tp)
+    if kind is None:
+        kind, inner = _hamilton_marker(tp)
+    return kind, inner
+
+
+def _to_node(hn: Any, fn: Callable[..., Any]) -> tuple[Node, list[GraphProblem]]:
+    origin = (hn.originating_functions or (fn,))[0]
+    file, line = function_location(origin)
+    problems: list[GraphProblem] = []
+    kind, item_type = _read(hn.type)
+    if kind == "collect":
+        problems.append(_misplaced(hn.name, f"{file}:{line}", "Collect[...] as a return type"))
+        kind, item_type = None, hn.type
+    params = []
+    defaults = hn.default_parameter_values or {}
+    for pname, (ptype, _dep) in hn.input_types.items():
+        pkind, inner = _read(ptype)
+        if pkind in ("parallel", "sequential"):
+            problems.append(
+                _misplaced(hn.name, f"{file}:{line}", f"{pkind.capitalize()}[...] on parameter '{pname}'")
+            )
+            pkind, inner = None, ptype
+        params.append(
+            Param(
+                name=pname,
+                type=inner,
+                collect=pkind == "collect",
+                default=defaults.get(pname, NO_DEFAULT),
+            )
+        )
+    callable_ = hn.callable
+    node = Node(
+        name=hn.name,
+        type=item_type,
+        source=kind,  # type: ignore[arg-type]
+        params=tuple(params),
+        fn=callable_,
+        module=getattr(inspect.getmodule(origin), "__name__", ""),
+        function=getattr(origin, "__qualname__", hn.name),
+        file=file,
+        line=line,
+        tags=MappingProxyType(dict(hn.tags)),
+        doc=hn.documentation,
+        positional_call=_positional(callable_, [p.name for p in params]),
+    )
+    return node, problems
+
+
+def _positional(fn: Callable[..., Any], names: list[str]) -> bool:
+    """True when ``fn`` takes exactly ``names``, in order, by position (a plain function)."""
+    try:
+        sig = inspect.signature(fn)
+    except (TypeError, ValueError):
+        return False
+    ps = list(sig.parameters.values())
+    return [p.name for p in ps] == names and all(
+        p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) for p in ps
+    )
+
+
+def _misplaced(node: str, location: str, what: str) -> GraphProblem:
+    return GraphProblem(
+        code="FD003",
+        title="misplaced-marker",
+        message=f"node '{node}' uses {what}",
+        node=node,
+        locations=(location,),
+        expected="Parallel/Sequential only as return types, Collect only on parameters",
+        actual=what,
+        fix="return Parallel[T] or Sequential[T] from a source; take Collect[T] as a parameter",
+    )
+
+
+@dataclass(frozen=True)
+class Program:
+    """How to rebuild a graph's nodes in another process: module references and config.
+
+    Attributes:
+        modules: ``(module name, file)`` pairs; the file is used when the name does not
+            import (a module loaded from a path).
+        config: The configuration the graph was built with.
+    """
+
+    modules: tuple[tuple[str, str | None], ...]
+    config: Mapping[str, Any]
+
+
+def program_of(modules: Iterable[ModuleType], config: Mapping[str, Any]) -> Program:
+    """The :class:`Program` that rebuilds ``modules`` under ``config``."""
+    return Program(
+        modules=tuple((m.__name__, getattr(m, "__file__", None)) for m in modules),
+        config=dict(config),
+    )
+
+
+def _import(name: str, file: str | None) -> ModuleType:
+    if name == "__main__":
+        # Under spawn the parent's main module is imported as __mp_main__.
+        main = sys.modules.get("__mp_main__") or sys.modules.get("__main__")
+        if main is not None:
+            return main
+    if name in sys.modules:
+        return sys.modules[name]
+    try:
+        return importlib.import_module(name)
+    except ImportError:
+        if file is None:
+            raise
+    spec = importlib.util.spec_from_file_location(name, file)
+    if spec is None or spec.loader is None:
+        raise ImportError(f"cannot load module {name!r} from {file!r}")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def load_program(program: Program) -> dict[str, Node]:
+    """Imports the program's modules and discovers their nodes (in a worker process)."""
+    modules = [_import(name, file) for name, file in program.modules]
+    nodes, _ = discover(modules, program.config)
+    return {n.name: n for n in nodes}

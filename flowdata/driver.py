@@ -1,0 +1,242 @@
+"""Builder and Driver: a thin facade over discover -> graph -> typecheck -> plan -> execute."""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import importlib.util
+import os
+import sys
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from types import MappingProxyType, ModuleType
+from typing import Any, ParamSpec, TypeVar
+
+from flowdata.discover import Program, discover, program_of
+from flowdata.errors import FlowdataError, GraphError, GraphProblem, InputError
+from flowdata.executors import resolve_executor
+from flowdata.execute import Run
+from flowdata.graph import Graph
+from flowdata.node import Node, Role
+from flowdata.plan import Analysis, Plan, analyze, make_plan
+from flowdata.typecheck import check_edges
+
+__all__ = ["Builder", "Driver", "compile_modules", "load_module"]
+
+P = ParamSpec("P")
+R = TypeVar("R")
+_MISSING: Any = object()
+
+
+def _public(fn: Callable[P, R]) -> Callable[P, R]:
+    """Re-raises flowdata's errors without flowdata's frames in front of the user's."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
+        try:
+            return fn(*args, **kwargs)
+        except FlowdataError as exc:
+            raise exc.with_traceback(None) from exc.__cause__
+
+    return wrapper
+
+
+@dataclass(frozen=True)
+class Compiled:
+    """The result of compiling modules: graph, analysis and every problem found."""
+
+    graph: Graph
+    analysis: Analysis
+    problems: tuple[GraphProblem, ...]
+
+
+def compile_modules(modules: Sequence[ModuleType], config: Mapping[str, Any]) -> Compiled:
+    """Discovers, connects, type-checks and analyses ``modules``; collects every problem."""
+    nodes, problems = discover(modules, config)
+    graph = Graph.build(nodes)
+    found = list(problems)
+    cycles = graph.cycles()
+    for cyc in cycles:
+        first = graph.nodes[cyc[0]]
+        found.append(
+            GraphProblem(
+                code="FD005",
+                title="cycle",
+                message=f"the graph has a cycle: {' -> '.join(cyc)}",
+                node=first.name,
+                locations=tuple(graph.nodes[n].location for n in cyc[:-1]),
+                fix="break the cycle: one of these functions must not read the other's output",
+            )
+        )
+    if cycles:
+        analysis = Analysis(MappingProxyType({}), MappingProxyType({}), MappingProxyType({}), ())
+        found.extend(check_edges(graph, lambda name: False))
+    else:
+        analysis = analyze(graph)
+        found.extend(analysis.problems)
+        found.extend(check_edges(graph, analysis.per_sample))
+    return Compiled(graph, analysis, tuple(found))
+
+
+def load_module(ref: ModuleType | str) -> ModuleType:
+    """A module object from a module, a dotted name, or a path to a ``.py`` file."""
+    if isinstance(ref, ModuleType):
+        return ref
+    if ref.endswith(".py") or os.sep in ref:
+        path = os.path.abspath(ref)
+        name = os.path.splitext(os.path.basename(path))[0]
+        if name in sys.modules and getattr(sys.modules[name], "__file__", None) == path:
+            return sys.modules[name]
+        spec = importlib.util.spec_from_file_location(name, path)
+        if spec is None or spec.loader is None:
+            raise InputError(f"cannot load module from {ref!r}\n  fix: give a path to a .py file")
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+        return module
+    return importlib.import_module(ref)
+
+
+class Builder:
+    """Collects modules and config, then builds a :class:`Driver`.
+
+    Each ``with_*`` call returns a new builder; a builder is never changed.
+    """
+
+    def __init__(self, modules: tuple[ModuleType, ...] = (), config: Mapping[str, Any] | None = None):
+        self._modules = modules
+        self._config: Mapping[str, Any] = dict(config or {})
+
+    def with_modules(self, *modules: ModuleType | str) -> Builder:
+        """Adds modules (objects, dotted names or ``.py`` paths) whose functions are nodes."""
+        return Builder(self._modules + tuple(load_module(m) for m in modules), self._config)
+
+    def with_config(self, config: Mapping[str, Any]) -> Builder:
+        """Adds configuration (read by ``@config.when`` and other modifiers; also inputs)."""
+        return Builder(self._modules, {**self._config, **config})
+
+    @_public
+    def build(self) -> Driver:
+        """Compiles the graph.
+
+        Raises:
+            GraphError: with every problem found, if there is any.
+        """
+        return Driver(self._modules, self._config)
+
+
+class Driver:
+    """A compiled graph and the ways to run it.
+
+    Build one with :class:`Builder`. The graph and its analysis are immutable; every call
+    makes its own plan.
+    """
+
+    def __init__(self, modules: Sequence[ModuleType], config: Mapping[str, Any] | None = None):
+        self.modules: tuple[ModuleType, ...] = tuple(modules)
+        self.config: Mapping[str, Any] = MappingProxyType(dict(config or {}))
+        compiled = compile_modules(self.modules, self.config)
+        if compiled.problems:
+            raise GraphError(compiled.problems)
+        self.graph: Graph = compiled.graph
+        self.analysis: Analysis = compiled.analysis
+        self.program: Program = program_of(self.modules, self.config)
+
+    @property
+    def nodes(self) -> Mapping[str, Node]:
+        """Every node, by name."""
+        return self.graph.nodes
+
+    def role(self, name: str) -> Role:
+        """The role of a node or input."""
+        if name in self.graph.inputs:
+            return Role.INPUT
+        return self.analysis.roles[name]
+
+    def _values(self, inputs: Mapping[str, Any] | None, overrides: Mapping[str, Any] | None) -> dict[str, Any]:
+        # Config entries are inputs too, as in Hamilton.
+        return {**self.config, **(inputs or {}), **(overrides or {})}
+
+    @_public
+    def plan(
+        self,
+        outputs: Iterable[str],
+        inputs: Mapping[str, Any] | Iterable[str] | None = None,
+        overrides: Mapping[str, Any] | None = None,
+    ) -> Plan:
+        """What a call for ``outputs`` computes: groups, passes and once nodes (printable)."""
+        names = set(self.config) | set(inputs or ()) | set(overrides or ())
+        return make_plan(self.graph, self.analysis, outputs, names, tuple(overrides or ()))
+
+    @_public
+    def execute(
+        self,
+        outputs: Iterable[str],
+        inputs: Mapping[str, Any] | None = None,
+        overrides: Mapping[str, Any] | None = None,
+        executor: object = None,
+        *,
+        chunk_size: int | None = None,
+    ) -> dict[str, Any]:
+        """Computes whole values: once nodes, Collect nodes and inputs.
+
+        Args:
+            outputs: Names to compute.
+            inputs: Values for the graph's inputs.
+            overrides: Values that replace nodes (their upstream work is skipped).
+            executor: ``"inline"`` (default), ``"processes"``, or an executor object such as
+                ``flowdata.ProcessExecutor(num_workers=2)``.
+            chunk_size: Samples per chunk sent to the executor (default: adaptive).
+
+        Raises:
+            InputError: unknown output, missing input, or a per-sample output.
+            SampleError: a per-sample node raised.
+            NodeError: a once or Collect node raised.
+        """
+        values = self._values(inputs, overrides)
+        plan = make_plan(
+            self.graph, self.analysis, outputs, set(values), tuple(overrides or ()), allow_per_sample=False
+        )
+        ex, owned = resolve_executor(executor)
+        try:
+            run = Run(self.graph, self.analysis, self.program, plan, values, ex, chunk_size)
+            return {o: run.value(o) for o in plan.outputs}
+        finally:
+            if owned:
+                close = getattr(ex, "close", None)
+                if close is not None:
+                    close()
+
+    @_public
+    def run_sample(
+        self,
+        outputs: Iterable[str],
+        *,
+        item: Any = _MISSING,
+        index: int = 0,
+        inputs: Mapping[str, Any] | None = None,
+    ) -> dict[str, Any]:
+        """Runs one sample through its group: the debugging path for a subgraph.
+
+        Args:
+            outputs: Per-sample nodes of one group.
+            item: The source item to run; if left out, the source is run up to ``index``.
+            index: The sample index (used for ``sample_index``/``sample_rng`` too).
+            inputs: Values for the graph's inputs.
+
+        Whole values the group reads (Collect results of earlier passes included) are
+        computed first.
+        """
+        outputs = tuple(outputs)
+        values = self._values(inputs, None)
+        plan = make_plan(self.graph, self.analysis, outputs, set(values), allow_per_sample=True)
+        not_per_sample = [o for o in outputs if not self.analysis.per_sample(o)]
+        if not_per_sample or not plan.groups:
+            raise InputError(
+                f"run_sample() runs per-sample nodes; {', '.join(repr(o) for o in not_per_sample)} "
+                "are whole values\n  fix: use execute() for once and Collect nodes"
+            )
+        group = plan.group(self.analysis.group_of[outputs[0]])
+        pass_ = next(p for p in group.passes if p.outputs)
+        run = Run(self.graph, self.analysis, self.program, plan, values, resolve_executor(None)[0])
+        return run.sample(group, pass_, index, item, item is not _MISSING)

@@ -1,0 +1,212 @@
+"""The exception tree of flowdata.
+
+::
+
+    FlowdataError                 every error flowdata raises on purpose
+    ├── GraphError                the graph is wrong; holds every GraphProblem at once
+    ├── InputError                a call asked for something the graph cannot give
+    └── NodeError                 a once or Collect node raised; the user's error is chained
+        └── SampleError           a per-sample node raised for one sample
+
+Every message names the node, the function's ``file:line``, what was expected and what
+came, and a fix. The user's own exception is kept as ``__cause__`` with flowdata's frames
+removed from its traceback, so the first frame the reader sees is their own code.
+"""
+
+from __future__ import annotations
+
+import os
+import types
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = [
+    "FlowdataError",
+    "GraphError",
+    "GraphProblem",
+    "InputError",
+    "NodeError",
+    "SampleError",
+    "short_repr",
+]
+
+_PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
+
+
+class FlowdataError(Exception):
+    """Base of every error flowdata raises on purpose."""
+
+
+@dataclass(frozen=True)
+class GraphProblem:
+    """One thing wrong with a graph, found at build time.
+
+    Attributes:
+        code: Stable identifier (``FD101`` ...), documented in ``docs/errors.md``.
+        title: Short name of the rule, e.g. ``type-mismatch``.
+        message: What is wrong, naming the node(s).
+        locations: ``file:line`` of every function involved, consumer first.
+        expected: What the rule wanted (a type or a shape of graph), or ``""``.
+        actual: What the graph has instead, or ``""``.
+        fix: One line that says how to fix it.
+        node: The node the problem is reported on.
+    """
+
+    code: str
+    title: str
+    message: str
+    node: str
+    locations: tuple[str, ...] = ()
+    expected: str = ""
+    actual: str = ""
+    fix: str = ""
+
+    def __str__(self) -> str:
+        lines = [f"{self.code} {self.title}: {self.message}"]
+        lines += [f"    at {loc}" for loc in self.locations]
+        if self.expected or self.actual:
+            lines.append(f"    expected: {self.expected}")
+            lines.append(f"    actual:   {self.actual}")
+        if self.fix:
+            lines.append(f"    fix: {self.fix}")
+        return "\n".join(lines)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain data for ``flowdata check --format json``."""
+        return {
+            "code": self.code,
+            "title": self.title,
+            "message": self.message,
+            "node": self.node,
+            "locations": list(self.locations),
+            "expected": self.expected,
+            "actual": self.actual,
+            "fix": self.fix,
+        }
+
+
+class GraphError(FlowdataError):
+    """The graph has one or more problems; ``problems`` holds all of them."""
+
+    def __init__(self, problems: Sequence[GraphProblem]):
+        self.problems: tuple[GraphProblem, ...] = tuple(problems)
+        n = len(self.problems)
+        head = f"{n} problem{'s' if n != 1 else ''} in the graph:"
+        super().__init__("\n".join([head, *(str(p) for p in self.problems)]))
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.problems,))
+
+    @property
+    def codes(self) -> list[str]:
+        """The codes of the problems, in report order."""
+        return [p.code for p in self.problems]
+
+
+class InputError(FlowdataError):
+    """A call asked for an unknown output, lacked an input, or asked for the wrong kind of node."""
+
+
+class NodeError(FlowdataError):
+    """A once node or a Collect node raised; the user's exception is ``__cause__``."""
+
+    def __init__(self, node: str, location: str, detail: str):
+        self.node = node
+        self.location = location
+        self.detail = detail
+        super().__init__(f"node '{node}' ({location}) failed: {detail}")
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.node, self.location, self.detail))
+
+
+class SampleError(NodeError):
+    """A per-sample node raised for one sample.
+
+    Attributes:
+        node: The node that raised.
+        location: Its function's ``file:line``.
+        index: The sample index within its group.
+        item: A short repr of the source item of that sample.
+        group: The group (named after its source).
+        pass_: The pass (1 or 2, ...) the sample was in.
+        worker: ``"main"`` or the worker process that ran it.
+        detail: ``Type: message`` of the user's exception.
+    """
+
+    def __init__(
+        self,
+        node: str,
+        location: str,
+        detail: str,
+        *,
+        index: int,
+        item: str,
+        group: str,
+        pass_: int,
+        worker: str,
+    ):
+        self.index = index
+        self.item = item
+        self.group = group
+        self.pass_ = pass_
+        self.worker = worker
+        FlowdataError.__init__(
+            self,
+            f"node '{node}' ({location}) failed on sample {index} of group '{group}' "
+            f"(pass {pass_}, worker {worker}): {detail}\n"
+            f"    item: {item}\n"
+            f"    fix: reproduce it alone with driver.run_sample(['{node}'], index={index})",
+        )
+        self.node = node
+        self.location = location
+        self.detail = detail
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_rebuild_sample_error, (self.node, self.location, self.detail, self._fields()))
+
+    def _fields(self) -> dict[str, Any]:
+        return {
+            "index": self.index,
+            "item": self.item,
+            "group": self.group,
+            "pass_": self.pass_,
+            "worker": self.worker,
+        }
+
+
+def _rebuild_sample_error(node: str, location: str, detail: str, fields: dict[str, Any]) -> SampleError:
+    return SampleError(node, location, detail, **fields)
+
+
+def short_repr(value: Any, limit: int = 120) -> str:
+    """A repr cut to ``limit`` characters, safe on objects whose repr raises."""
+    try:
+        text = repr(value)
+    except Exception as exc:  # a broken __repr__ must not hide the real error
+        text = f"<{type(value).__name__} (repr failed: {exc!r})>"
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def describe(exc: BaseException) -> str:
+    """``Type: message`` of an exception, on one line."""
+    msg = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {msg[0]}" if msg else type(exc).__name__
+
+
+def user_traceback(tb: types.TracebackType | None) -> types.TracebackType | None:
+    """Drops the leading frames that belong to flowdata or Hamilton's wrappers.
+
+    The traceback of an exception caught by flowdata starts at flowdata's own call site;
+    the reader wants to start at their function.
+    """
+    skip = (_PACKAGE_DIR, os.path.join("site-packages", "hamilton"))
+    first = tb
+    while first is not None and first.tb_frame.f_code.co_filename.startswith(skip[0]):
+        first = first.tb_next
+    rest = first
+    while rest is not None and skip[1] in rest.tb_frame.f_code.co_filename:
+        rest = rest.tb_next
+    return rest if rest is not None else first if first is not None else tb
+

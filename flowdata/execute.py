@@ -1,0 +1,499 @@
+"""The local scheduler behind ``Driver.execute()`` and ``Driver.run_sample()``.
+
+How a call runs
+---------------
+Values are computed on demand, starting from the requested outputs:
+
+- a **once node** is called when first needed, with its whole-valued arguments;
+- a **Collect node** of group ``g`` fed by pass ``k`` is computed by *running that pass*:
+  every needed, not yet computed Collect node fed by the same pass is computed in the same
+  run, so the samples are computed once for all of them (one shared pass);
+- a **pass** first computes the whole values it reads (once nodes, inputs, and Collect
+  results of earlier passes, which recursively runs those passes), then opens the source
+  and streams the samples through the per-sample nodes in *chunks* of consecutive samples
+  (see :mod:`flowdata.chunk`). Parallel groups send chunks to the executor; Sequential
+  groups run in the calling thread one sample at a time, in order.
+
+Fan-out to Collect nodes
+------------------------
+A plain Collect node is an ordinary function that iterates its ``Collect[...]``
+parameters. Several such functions reading one pass each run in their own thread (the
+first in the calling thread), reading one shared stream of chunks (:class:`_Tee`). Each
+reader has a small bounded buffer: whoever needs the next chunk computes it, unless a
+slower reader's buffer is full, in which case it waits. Memory therefore stays bounded
+by a few chunks, whatever the number of samples. A reader whose function returns is
+closed; when every reader is closed the source is closed and pending work is dropped,
+so a Collect function that stops early stops the upstream work.
+
+Several ``Collect`` parameters of one node are served in lockstep from the same chunks.
+
+A source that takes ``Collect[...]`` parameters closes one group and opens the next: when
+its own group runs a pass, the closed group's pass is run as a stream feeding it.
+"""
+
+from __future__ import annotations
+
+import pickle
+import threading
+import uuid
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from itertools import islice
+from typing import Any
+
+from flowdata.chunk import ChunkResult, PassSpec, run_chunk, worker_task
+from flowdata.discover import Program
+from flowdata.errors import FlowdataError, InputError, NodeError, SampleError, describe, user_traceback
+from flowdata.executors import Executor, InlineExecutor
+from flowdata.graph import Graph
+from flowdata.node import Node, Role
+from flowdata.plan import Analysis, GroupPlan, PassPlan, Plan
+
+__all__ = ["Run"]
+
+_INLINE_CHUNK = 512
+_MIN_CHUNK, _MAX_CHUNK, _TARGET_SECONDS = 8, 4096, 0.05
+_BUFFER_CHUNKS = 4
+
+
+class _Tee:
+    """One stream of chunks read by several readers, each in its own thread.
+
+    The reader that needs a chunk nobody has computed yet pulls it from the source itself
+    (outside the lock), unless another reader's buffer is full. See the module docstring.
+    """
+
+    def __init__(self, source: Iterator[ChunkResult], readers: int, capacity: int = _BUFFER_CHUNKS):
+        self._source = source
+        self._cond = threading.Condition()
+        self._buffers: list[deque[ChunkResult]] = [deque() for _ in range(readers)]
+        self._alive = [True] * readers
+        self._capacity = capacity
+        self._pulling = False
+        self._done = False
+        self._error: BaseException | None = None
+
+    def next(self, r: int) -> ChunkResult | None:
+        """The next chunk for reader ``r``, or None at the end of the stream."""
+        while True:
+            with self._cond:
+                while True:
+                    buf = self._buffers[r]
+                    if buf:
+                        chunk = buf.popleft()
+                        self._cond.notify_all()
+                        return chunk
+                    if self._done:
+                        if self._error is not None:
+                            raise self._error
+                        return None
+                    if not self._pulling and all(
+                        len(b) < self._capacity
+                        for i, b in enumerate(self._buffers)
+                        if i != r and self._alive[i]
+                    ):
+                        self._pulling = True
+                        break
+                    self._cond.wait()
+            chunk, error = None, None
+            try:
+                chunk = next(self._source)
+            except StopIteration:
+                pass
+            except BaseException as exc:  # handed to every reader
+                error = exc
+            with self._cond:
+                self._pulling = False
+                if chunk is None:
+                    self._done = True
+                    self._error = error
+                else:
+                    for i, alive in enumerate(self._alive):
+                        if alive:
+                            self._buffers[i].append(chunk)
+                self._cond.notify_all()
+                if not any(self._alive):
+                    self._close_source()
+
+    def close(self, r: int) -> None:
+        """Reader ``r`` reads no more; the last one to leave stops the source."""
+        with self._cond:
+            self._alive[r] = False
+            self._buffers[r].clear()
+            self._cond.notify_all()
+            if not any(self._alive) and not self._pulling:
+                self._close_source()
+
+    def _close_source(self) -> None:
+        if not self._done:
+            self._done = True
+            close = getattr(self._source, "close", None)
+            if close is not None:
+                close()
+
+
+def _column(tee: _Tee, r: int, column: str) -> Iterator[Any]:
+    """One Collect parameter read from reader ``r``."""
+    while (chunk := tee.next(r)) is not None:
+        yield from chunk.columns[column]
+
+
+class _Lockstep:
+    """Several Collect parameters of one node, served from the same chunks."""
+
+    def __init__(self, tee: _Tee, r: int, columns: Sequence[str]):
+        self._tee, self._r = tee, r
+        self._buffers: dict[str, deque[Any]] = {c: deque() for c in columns}
+
+    def _fill(self) -> bool:
+        chunk = self._tee.next(self._r)
+        if chunk is None:
+            return False
+        for c, buf in self._buffers.items():
+            buf.extend(chunk.columns[c])
+        return True
+
+    def column(self, column: str) -> Iterator[Any]:
+        buf = self._buffers[column]
+        while True:
+            while buf:
+                yield buf.popleft()
+            if not self._fill():
+                return
+
+
+def _collect_iterables(node: Node, tee: _Tee, r: int) -> dict[str, Iterator[Any]]:
+    params = node.collect_params
+    if len(params) == 1:
+        return {params[0].name: _column(tee, r, params[0].name)}
+    lock = _Lockstep(tee, r, [p.name for p in params])
+    return {p.name: lock.column(p.name) for p in params}
+
+
+class Run:
+    """One ``execute()`` (or ``run_sample()``) call: its values and how to compute them.
+
+    Args:
+        graph: The graph.
+        analysis: Roles and groups.
+        program: How workers rebuild the nodes.
+        plan: What the call computes.
+        values: Inputs and overrides supplied by the caller.
+        executor: Where Parallel chunks run.
+        chunk_size: Fixed samples per chunk, or None to adapt (processes) / 512 (inline).
+    """
+
+    def __init__(
+        self,
+        graph: Graph,
+        analysis: Analysis,
+        program: Program,
+        plan: Plan,
+        values: Mapping[str, Any],
+        executor: Executor,
+        chunk_size: int | None = None,
+    ):
+        self.graph = graph
+        self.analysis = analysis
+        self.program = program
+        self.plan = plan
+        self.values: dict[str, Any] = dict(values)
+        self.executor = executor
+        self.chunk_size = chunk_size
+        self._lock = threading.RLock()
+        self._program_bytes: bytes | None = None
+
+    # --- whole values ---------------------------------------------------------------------
+
+    def value(self, name: str) -> Any:
+        """The whole value ``name`` (input, override, once node or Collect result)."""
+        with self._lock:
+            if name in self.values:
+                return self.values[name]
+            role = self.analysis.roles.get(name)
+            if role is Role.ONCE:
+                node = self.graph.nodes[name]
+                kwargs = self._whole_args(node)
+                try:
+                    self.values[name] = node.fn(**kwargs)
+                except Exception as exc:
+                    raise _node_error(node, exc) from exc.with_traceback(user_traceback(exc.__traceback__))
+            elif role is Role.COLLECT:
+                group = self.plan.group(self.analysis.group_of[name])
+                self._run_pass(group, group.pass_of(name))
+            else:
+                raise InputError(f"'{name}' is not a whole value in this call")
+            return self.values[name]
+
+    def _whole_args(self, node: Node, skip_collect: bool = False) -> dict[str, Any]:
+        kwargs = {}
+        for p in node.params:
+            if skip_collect and p.collect:
+                continue
+            if p.name in self.values or p.name in self.graph.nodes:
+                kwargs[p.name] = self.value(p.name)
+            elif not p.optional:
+                raise InputError(f"missing input '{p.name}' for '{node.name}' ({node.location})")
+        return kwargs
+
+    # --- passes ---------------------------------------------------------------------------
+
+    def _run_pass(self, group: GroupPlan, pass_: PassPlan) -> None:
+        consumers = [
+            self.graph.nodes[c]
+            for c in pass_.feeds
+            if c not in self.values and self.analysis.roles[c] is Role.COLLECT
+        ]
+        if not consumers:
+            return
+        args = [self._whole_args(c, skip_collect=True) for c in consumers]
+        tee = _Tee(self._chunks(group, pass_), readers=len(consumers))
+        results = _run_consumers(consumers, args, tee)
+        for node, result in zip(consumers, results, strict=True):
+            self.values[node.name] = result
+
+    def _chunks(self, group: GroupPlan, pass_: PassPlan, want: Sequence[str] = ()) -> Iterator[ChunkResult]:
+        """Eagerly computes what the pass reads, then returns the lazy stream of its chunks."""
+        whole = {n: self.value(n) for n in pass_.needs if n in self.graph.nodes or n in self.values}
+        wanted = tuple(
+            dict.fromkeys(
+                [p.name for c in pass_.feeds for p in self.graph.nodes[c].params if p.collect]
+                + list(pass_.outputs)
+                + list(want)
+            )
+        )
+        spec = PassSpec(group.source, pass_.number, pass_.computes, wanted)
+        items, cleanup = self._open_source(group, whole)
+        return self._stream(group, pass_, spec, whole, items, cleanup)
+
+    def _open_source(
+        self, group: GroupPlan, whole: Mapping[str, Any]
+    ) -> tuple[Iterator[Any], Callable[[], None]]:
+        """Calls the source; a source that collects is fed by a pass of the group it closes."""
+        node = self.graph.nodes[group.source]
+        kwargs = {p.name: whole[p.name] for p in node.params if not p.collect and p.name in whole}
+        closed = self.analysis.closes.get(node.name)
+        cleanup: Callable[[], None] = _nothing
+        if closed is not None:
+            kwargs, cleanup = self._feed_from(closed, node, kwargs)
+        try:
+            items = node.fn(**kwargs)
+        except Exception as exc:
+            cleanup()
+            raise _node_error(node, exc) from exc.with_traceback(user_traceback(exc.__traceback__))
+        if not isinstance(items, Iterable):
+            cleanup()
+            raise NodeError(
+                node.name,
+                node.location,
+                f"a source must return an iterable of samples, got {type(items).__name__}; "
+                "fix: 'yield' the items or return a list",
+            )
+        return iter(items), cleanup
+
+    def _feed_from(
+        self, closed: str, source: Node, kwargs: dict[str, Any]
+    ) -> tuple[dict[str, Any], Callable[[], None]]:
+        """Streams a pass of group ``closed`` into the Collect parameters of ``source``.
+
+        Other Collect nodes fed by the same pass and not yet computed share the stream.
+        """
+        group = self.plan.group(closed)
+        pass_ = group.pass_of(source.name)
+        others = [
+            self.graph.nodes[c]
+            for c in pass_.feeds
+            if c != source.name and c not in self.values and self.analysis.roles[c] is Role.COLLECT
+        ]
+        other_args = [self._whole_args(c, skip_collect=True) for c in others]
+        tee = _Tee(self._chunks(group, pass_), readers=1 + len(others))
+        threads = [
+            _ConsumerThread(node, a, tee, i + 1, self.values) for i, (node, a) in enumerate(zip(others, other_args))
+        ]
+        for t in threads:
+            t.start()
+        kwargs = {**kwargs, **_collect_iterables(source, tee, 0)}
+
+        def cleanup() -> None:
+            tee.close(0)
+            for t in threads:
+                t.join()
+            for t in threads:
+                t.reraise()
+
+        return kwargs, cleanup
+
+    def _stream(
+        self,
+        group: GroupPlan,
+        pass_: PassPlan,
+        spec: PassSpec,
+        whole: Mapping[str, Any],
+        items: Iterator[Any],
+        cleanup: Callable[[], None],
+    ) -> Iterator[ChunkResult]:
+        nodes = self.graph.nodes
+        sequential = group.kind == "sequential"
+        try:
+            if sequential or isinstance(self.executor, InlineExecutor):
+                size = 1 if sequential else (self.chunk_size or _INLINE_CHUNK)
+                for indices, chunk in _chunked(items, lambda: size):
+                    yield self._checked(group, pass_, run_chunk(nodes, spec, whole, indices, chunk))
+                return
+            sizer = _ChunkSizer(self.chunk_size)
+            key = uuid.uuid4().bytes
+            program = self._program()
+            ctx = pickle.dumps((spec, whole), protocol=pickle.HIGHEST_PROTOCOL)
+            tasks = ((key, program, ctx, idx, chunk) for idx, chunk in _chunked(items, sizer.next_size))
+            results = self.executor.map(worker_task, tasks)
+            try:
+                for result in results:
+                    sizer.observe(len(result.indices), result.seconds)
+                    yield self._checked(group, pass_, result)
+            finally:
+                close = getattr(results, "close", None)
+                if close is not None:
+                    close()
+        finally:
+            close_items = getattr(items, "close", None)
+            if close_items is not None:
+                close_items()
+            cleanup()
+
+    def _program(self) -> bytes:
+        if self._program_bytes is None:
+            try:
+                self._program_bytes = pickle.dumps(self.program)
+            except Exception as exc:
+                raise FlowdataError(
+                    f"the graph's config cannot be sent to worker processes: {describe(exc)}\n"
+                    "  fix: use picklable config values, or executor='inline'"
+                ) from exc
+        return self._program_bytes
+
+    def _checked(self, group: GroupPlan, pass_: PassPlan, result: ChunkResult) -> ChunkResult:
+        f = result.failure
+        if f is None:
+            return result
+        err = SampleError(
+            f.node, f.location, f.detail, index=f.index, item=f.item,
+            group=group.source, pass_=pass_.number, worker=result.worker,
+        )
+        cause = f.error if f.error is not None else RuntimeError(f.detail)
+        if result.worker != "main":
+            cause.add_note(f"traceback in worker ({result.worker}):\n{f.traceback_text.rstrip()}")
+        raise err from cause
+
+    # --- one sample -------------------------------------------------------------------------
+
+    def sample(self, group: GroupPlan, pass_: PassPlan, index: int, item: Any, has_item: bool) -> dict[str, Any]:
+        """Runs one sample through ``pass_`` and returns the pass's outputs."""
+        whole = {n: self.value(n) for n in pass_.needs if n in self.graph.nodes or n in self.values}
+        if not has_item:
+            items, cleanup = self._open_source(group, whole)
+            try:
+                item = _nth(items, index, group.source)
+            finally:
+                close = getattr(items, "close", None)
+                if close is not None:
+                    close()
+                cleanup()
+        spec = PassSpec(group.source, pass_.number, pass_.computes, pass_.outputs)
+        result = self._checked(group, pass_, run_chunk(self.graph.nodes, spec, whole, [index], [item]))
+        return {o: result.columns[o][0] for o in pass_.outputs}
+
+
+def _nth(items: Iterator[Any], index: int, source: str) -> Any:
+    for i, item in enumerate(islice(items, index + 1)):
+        if i == index:
+            return item
+    raise InputError(f"source '{source}' has no sample {index}: it ended before it")
+
+
+def _nothing() -> None:
+    return None
+
+
+def _chunked(items: Iterator[Any], size: Callable[[], int]) -> Iterator[tuple[list[int], list[Any]]]:
+    start = 0
+    while True:
+        chunk = list(islice(items, size()))
+        if not chunk:
+            return
+        yield list(range(start, start + len(chunk))), chunk
+        start += len(chunk)
+
+
+class _ChunkSizer:
+    """Grows chunks until one takes about 50 ms, so small samples amortise transport
+    and slow samples still spread over the workers early."""
+
+    def __init__(self, fixed: int | None):
+        self.fixed = fixed
+        self.size = fixed or _MIN_CHUNK
+
+    def next_size(self) -> int:
+        return self.size
+
+    def observe(self, n: int, seconds: float) -> None:
+        if self.fixed or n == 0:
+            return
+        if seconds < _TARGET_SECONDS and n >= self.size:
+            self.size = min(self.size * 2, _MAX_CHUNK)
+
+
+def _node_error(node: Node, exc: BaseException) -> NodeError:
+    return NodeError(node.name, node.location, describe(exc))
+
+
+class _ConsumerThread(threading.Thread):
+    """Runs one Collect function on a reader of a shared stream; keeps its result or error."""
+
+    def __init__(self, node: Node, args: dict[str, Any], tee: _Tee, r: int, store: dict[str, Any] | None):
+        super().__init__(name=f"flowdata-collect-{node.name}", daemon=True)
+        self.node, self.args, self.tee, self.r, self.store = node, args, tee, r, store
+        self.result: Any = None
+        self.error: BaseException | None = None
+
+    def run(self) -> None:
+        try:
+            self.result = _call_collect(self.node, self.args, self.tee, self.r)
+            if self.store is not None:
+                self.store[self.node.name] = self.result
+        except BaseException as exc:
+            self.error = exc
+
+    def reraise(self) -> None:
+        if self.error is not None:
+            raise self.error
+
+
+def _call_collect(node: Node, args: dict[str, Any], tee: _Tee, r: int) -> Any:
+    try:
+        return node.fn(**args, **_collect_iterables(node, tee, r))
+    except FlowdataError:
+        raise
+    except Exception as exc:
+        raise _node_error(node, exc) from exc.with_traceback(user_traceback(exc.__traceback__))
+    finally:
+        tee.close(r)
+
+
+def _run_consumers(nodes: list[Node], args: list[dict[str, Any]], tee: _Tee) -> list[Any]:
+    threads = [_ConsumerThread(n, a, tee, i + 1, None) for i, (n, a) in enumerate(zip(nodes[1:], args[1:]))]
+    for t in threads:
+        t.start()
+    first_error: BaseException | None = None
+    first: Any = None
+    try:
+        first = _call_collect(nodes[0], args[0], tee, 0)
+    except BaseException as exc:
+        first_error = exc
+    for t in threads:
+        t.join()
+    if first_error is not None:
+        raise first_error
+    for t in threads:
+        t.reraise()
+    return [first, *(t.result for t in threads)]
+

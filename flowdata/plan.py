@@ -1,0 +1,500 @@
+"""Structure: roles, groups and passes. Pure data, computed once and never mutated.
+
+:func:`analyze` reads a whole :class:`~flowdata.graph.Graph` and gives every node its
+:class:`~flowdata.node.Role` and group, reporting every structural problem (FD2xx).
+:func:`make_plan` narrows that to what some outputs need and splits each group's work
+into passes:
+
+- a Collect node's *level* is the pass that feeds it: 1 unless something it reads (a
+  per-sample value or a once value) needs a Collect result of the same group first;
+- a per-sample node's level is 1 plus the level of any Collect node of its own group it
+  depends on (``normalized(feature, feature_stats)`` is pass 2 when ``feature_stats``
+  collects ``feature``);
+- pass ``k`` computes only the per-sample nodes the Collect nodes of level ``k`` (and
+  requested per-sample outputs of that level) need: each node is computed only in the
+  passes that need it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Iterable, Mapping
+from dataclasses import dataclass
+from types import MappingProxyType
+
+from flowdata.errors import GraphProblem, InputError
+from flowdata.graph import BUILTINS, Graph
+from flowdata.node import Node, Role
+from flowdata.typecheck import type_name
+
+__all__ = ["Analysis", "GroupPlan", "PassPlan", "Plan", "analyze", "make_plan"]
+
+
+@dataclass(frozen=True)
+class Analysis:
+    """Roles and groups of every node of a graph.
+
+    Attributes:
+        roles: Role of every node.
+        group_of: The group (source name) of every source, per-sample node and Collect node
+            (the group a Collect node closes).
+        closes: For a source that takes ``Collect[...]``: the group it closes.
+        problems: Structural problems found (empty for a valid graph).
+    """
+
+    roles: Mapping[str, Role]
+    group_of: Mapping[str, str]
+    closes: Mapping[str, str]
+    problems: tuple[GraphProblem, ...]
+
+    def per_sample(self, name: str) -> bool:
+        """True for per-sample nodes and sources (whose value, to a reader, is one item)."""
+        return self.roles.get(name) in (Role.PER_SAMPLE, Role.SOURCE)
+
+
+def _problem(code: str, title: str, node: Node, message: str, fix: str, *others: Node,
+             expected: str = "", actual: str = "") -> GraphProblem:
+    return GraphProblem(
+        code=code,
+        title=title,
+        message=message,
+        node=node.name,
+        locations=(node.location, *(o.location for o in others)),
+        expected=expected,
+        actual=actual,
+        fix=fix,
+    )
+
+
+def analyze(graph: Graph) -> Analysis:
+    """Gives every node a role and a group; reports structural problems (FD2xx).
+
+    Assumes the graph has no cycle (cycles are reported before this runs).
+    """
+    roles: dict[str, Role] = {}
+    group_of: dict[str, str] = {}
+    closes: dict[str, str] = {}
+    problems: list[GraphProblem] = []
+
+    def group_read(name: str) -> str | None:
+        """The group whose samples reading ``name`` yields, or None for a whole value."""
+        role = roles.get(name)
+        if role is Role.SOURCE:
+            return name
+        if role is Role.PER_SAMPLE:
+            return group_of[name]
+        return None
+
+    for name in graph.toposort():
+        node = graph.nodes[name]
+        per_sample: dict[str, str] = {}  # group -> a param that brought it
+        collected: dict[str, str] = {}
+        uses_builtin = [p.name for p in node.params if p.name in BUILTINS and p.name not in graph.nodes]
+        for p in node.params:
+            g = group_read(p.name)
+            if p.collect:
+                if g is None:
+                    producer = graph.nodes.get(p.name)
+                    what = "an input" if producer is None else f"{roles[p.name].value} node '{p.name}'"
+                    problems.append(_problem(
+                        "FD202", "collect-outside-group", node,
+                        f"'{name}' collects '{p.name}', but '{p.name}' is {what}: "
+                        "it has one value, not one per sample",
+                        f"take '{p.name}: {type_name(p.type)}' without Collect, or collect a "
+                        "per-sample node of a group",
+                        *([producer] if producer else []),
+                        expected=f"'{p.name}' computed once per sample (inside a group)",
+                        actual=f"'{p.name}' computed once per call",
+                    ))
+                else:
+                    collected.setdefault(g, p.name)
+            elif g is not None:
+                per_sample.setdefault(g, p.name)
+        if len(collected) > 1:
+            groups = ", ".join(f"'{p}' (group '{g}')" for g, p in collected.items())
+            problems.append(_problem(
+                "FD203", "collect-mixed-groups", node,
+                f"'{name}' collects from two groups: {groups}; their samples do not line up",
+                "collect each group in its own node, then combine the two results",
+                expected="every Collect parameter from one group",
+                actual=f"groups {', '.join(repr(g) for g in collected)}",
+            ))
+        if len(per_sample) > 1:
+            groups = ", ".join(f"'{p}' (group '{g}')" for g, p in per_sample.items())
+            problems.append(_problem(
+                "FD204", "join-groups", node,
+                f"'{name}' joins per-sample values of two groups: {groups}",
+                "Collect one group first and pass its result as a whole value, or yield pairs "
+                "from a single source",
+                *(graph.nodes[g] for g in per_sample),
+                expected="per-sample values of one group",
+                actual=f"groups {', '.join(repr(g) for g in per_sample)}",
+            ))
+        if node.source is not None:
+            roles[name] = Role.SOURCE
+            group_of[name] = name
+            if per_sample:
+                g, p = next(iter(per_sample.items()))
+                problems.append(_problem(
+                    "FD205", "nested-source", node,
+                    f"source '{name}' reads '{p}', a per-sample value of group '{g}': "
+                    "a source inside a group (nested groups) is not supported",
+                    f"yield the inner items from '{g}' directly, or take '{p}: Collect[...]' "
+                    "to close the group first",
+                    graph.nodes[g],
+                ))
+            if collected:
+                closes[name] = next(iter(collected))
+            continue
+        if collected:
+            roles[name] = Role.COLLECT
+            group_of[name] = next(iter(collected))
+            if per_sample:
+                g, p = next(iter(per_sample.items()))
+                problems.append(_problem(
+                    "FD206", "collect-and-per-sample", node,
+                    f"'{name}' takes Collect parameters and also the per-sample value '{p}' "
+                    f"of group '{g}'",
+                    f"split it: one node collects, another per-sample node reads '{p}' and the "
+                    "collected result",
+                ))
+            continue
+        if per_sample:
+            roles[name] = Role.PER_SAMPLE
+            group_of[name] = next(iter(per_sample))
+            continue
+        roles[name] = Role.ONCE
+        if uses_builtin:
+            problems.append(_problem(
+                "FD207", "builtin-outside-group", node,
+                f"'{name}' reads {', '.join(repr(b) for b in uses_builtin)}, which exists only "
+                "per sample, but '{name}' reads no per-sample value",
+                "read a value of the group too, or drop the parameter",
+            ))
+    return Analysis(
+        roles=MappingProxyType(roles),
+        group_of=MappingProxyType(group_of),
+        closes=MappingProxyType(closes),
+        problems=tuple(problems),
+    )
+
+
+@dataclass(frozen=True)
+class PassPlan:
+    """One pass over a group's samples.
+
+    Attributes:
+        number: 1, 2, ...
+        computes: Per-sample nodes computed for each sample, producers first.
+        feeds: Collect nodes (and sources that collect) fed by this pass.
+        outputs: Requested per-sample outputs delivered by this pass.
+        needs: Whole values (once nodes, inputs, Collect results) the pass reads.
+    """
+
+    number: int
+    computes: tuple[str, ...]
+    feeds: tuple[str, ...]
+    outputs: tuple[str, ...]
+    needs: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class GroupPlan:
+    """A source and the per-sample work it opens.
+
+    Attributes:
+        source: Name of the source node; also the group's name.
+        kind: ``"parallel"`` or ``"sequential"``.
+        per_sample: Every needed per-sample node of the group, producers first.
+        collects: Needed Collect nodes closing the group (sources that collect included).
+        passes: The passes, in order.
+    """
+
+    source: str
+    kind: str
+    per_sample: tuple[str, ...]
+    collects: tuple[str, ...]
+    passes: tuple[PassPlan, ...]
+
+    def pass_of(self, name: str) -> PassPlan:
+        """The pass that feeds Collect node ``name`` (or delivers output ``name``)."""
+        for p in self.passes:
+            if name in p.feeds or name in p.outputs:
+                return p
+        raise KeyError(name)
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What one call computes: pure, printable data.
+
+    Attributes:
+        outputs: Requested names.
+        inputs: Inputs the call reads (supplied or defaulted).
+        once: Once nodes computed, producers first (Collect nodes are in their group).
+        groups: Groups the call runs.
+        overrides: Names whose values the caller supplied instead of computing them.
+    """
+
+    outputs: tuple[str, ...]
+    inputs: tuple[str, ...]
+    once: tuple[str, ...]
+    groups: tuple[GroupPlan, ...]
+    overrides: tuple[str, ...] = ()
+
+    def group(self, source: str) -> GroupPlan:
+        """The group opened by ``source``."""
+        for g in self.groups:
+            if g.source == source:
+                return g
+        raise KeyError(source)
+
+    def __str__(self) -> str:
+        lines = [f"plan for {', '.join(self.outputs)}"]
+        if self.inputs:
+            lines.append(f"  inputs: {', '.join(self.inputs)}")
+        if self.overrides:
+            lines.append(f"  overrides: {', '.join(self.overrides)}")
+        if self.once:
+            lines.append(f"  once: {', '.join(self.once)}")
+        for g in self.groups:
+            lines.append(f"  group '{g.source}' ({g.kind})")
+            for p in g.passes:
+                lines.append(f"    pass {p.number}")
+                lines.append(f"      computes: {', '.join(p.computes) or '-'}")
+                if p.feeds:
+                    lines.append(f"      feeds:    {', '.join(p.feeds)}")
+                if p.outputs:
+                    lines.append(f"      yields:   {', '.join(p.outputs)}")
+                if p.needs:
+                    lines.append(f"      reads:    {', '.join(p.needs)}")
+        return "\n".join(lines)
+
+
+def make_plan(
+    graph: Graph,
+    analysis: Analysis,
+    outputs: Iterable[str],
+    inputs: Collection[str] = (),
+    overrides: Collection[str] = (),
+    *,
+    allow_per_sample: bool = True,
+) -> Plan:
+    """Narrows the graph to what ``outputs`` need and splits groups into passes.
+
+    Args:
+        graph: The graph.
+        analysis: Its analysis (with no problems).
+        outputs: Requested node names.
+        inputs: Names of inputs the caller supplies.
+        overrides: Node names whose values the caller supplies.
+        allow_per_sample: Whether per-sample outputs may be requested (the training
+            iterator) or not (``execute()``).
+
+    Raises:
+        InputError: unknown outputs, per-sample outputs where not allowed, missing inputs.
+    """
+    outputs = tuple(dict.fromkeys(outputs))
+    _check_outputs(graph, analysis, outputs, inputs, overrides, allow_per_sample)
+    needed = _needed(graph, outputs, overrides)
+    missing = sorted(
+        name
+        for name, spec in graph.inputs.items()
+        if name not in inputs and not spec.optional and any(n.name in needed for n, _ in spec.readers)
+    )
+    if missing:
+        lines = []
+        for name in missing:
+            readers = [f"{n.name} ({n.location})" for n, _ in graph.inputs[name].readers if n.name in needed]
+            lines.append(f"  '{name}': read by {', '.join(readers)}")
+        raise InputError(
+            f"missing input{'s' if len(missing) > 1 else ''} {', '.join(repr(m) for m in missing)}:\n"
+            + "\n".join(lines)
+            + f"\n  fix: pass inputs={{{', '.join(repr(m) + ': ...' for m in missing)}}}"
+        )
+    order = [n for n in graph.toposort(needed)]
+    used_inputs = tuple(
+        name for name, spec in graph.inputs.items() if any(n.name in needed for n, _ in spec.readers)
+    )
+    once = tuple(n for n in order if analysis.roles[n] is Role.ONCE)
+    levels = _Levels(graph, analysis)
+    groups = []
+    for source in (n for n in order if analysis.roles[n] is Role.SOURCE):
+        groups.append(_group_plan(graph, analysis, levels, source, order, outputs))
+    return Plan(
+        outputs=outputs,
+        inputs=used_inputs,
+        once=once,
+        groups=tuple(groups),
+        overrides=tuple(o for o in overrides if o in graph.nodes),
+    )
+
+
+def _check_outputs(
+    graph: Graph,
+    analysis: Analysis,
+    outputs: tuple[str, ...],
+    inputs: Collection[str],
+    overrides: Collection[str],
+    allow_per_sample: bool,
+) -> None:
+    unknown = [o for o in outputs if o not in graph.nodes and o not in inputs]
+    if unknown:
+        import difflib
+
+        hints = []
+        for u in unknown:
+            close = difflib.get_close_matches(u, list(graph.nodes), n=1)
+            hints.append(f"'{u}'" + (f" (did you mean '{close[0]}'?)" if close else ""))
+        raise InputError(
+            f"unknown output{'s' if len(unknown) > 1 else ''} {', '.join(hints)}: no node has that name\n"
+            f"  fix: ask for one of the graph's nodes: {', '.join(sorted(graph.nodes))}"
+        )
+    for o in overrides:
+        if analysis.roles.get(o) in (Role.PER_SAMPLE, Role.SOURCE):
+            raise InputError(
+                f"cannot override '{o}': it is {analysis.roles[o].value} in group "
+                f"'{analysis.group_of[o]}' (one value per sample)\n"
+                "  fix: override a once or Collect node, or pass different inputs"
+            )
+    if allow_per_sample:
+        groups = {analysis.group_of[o] for o in outputs if analysis.per_sample(o) and o not in overrides}
+        if len(groups) > 1:
+            raise InputError(
+                f"per-sample outputs come from several groups ({', '.join(sorted(groups))}); "
+                "one call iterates one group\n  fix: ask for the outputs of one group per call"
+            )
+        return
+    for o in outputs:
+        if analysis.per_sample(o) and o not in overrides:
+            g = analysis.group_of[o]
+            node = graph.nodes[o]
+            raise InputError(
+                f"'{o}' ({node.location}) is per-sample in group '{g}': it has one value per "
+                "sample, and execute() returns whole values\n"
+                f"  fix: add a Collect node, e.g. 'def all_{o}({o}: Collect[{type_name(node.type)}]) "
+                f"-> list[{type_name(node.type)}]: return list({o})', or use "
+                f"driver.run_sample(['{o}'], index=0) or driver.dataloader(['{o}'])"
+            )
+
+
+def _needed(graph: Graph, outputs: tuple[str, ...], overrides: Collection[str]) -> frozenset[str]:
+    seen: set[str] = set()
+    stack = [o for o in outputs if o in graph.nodes]
+    while stack:
+        n = stack.pop()
+        if n in seen:
+            continue
+        seen.add(n)
+        if n in overrides:
+            continue
+        stack.extend(d for d in graph.deps(n) if d not in seen)
+    return frozenset(seen - set(overrides))
+
+
+class _Levels:
+    """Pass levels, memoised. A helper of make_plan, not part of the plan."""
+
+    def __init__(self, graph: Graph, analysis: Analysis):
+        self.graph = graph
+        self.analysis = analysis
+        self._level: dict[str, int] = {}
+        self._after: dict[tuple[str, str], int] = {}
+
+    def level(self, name: str) -> int:
+        """Pass of a per-sample node or of the pass feeding a Collect node."""
+        if name in self._level:
+            return self._level[name]
+        an = self.analysis
+        node = self.graph.nodes[name]
+        g = an.closes.get(name) if an.roles[name] is Role.SOURCE else an.group_of[name]
+        lvl = 1
+        for p in node.params:
+            if p.name not in self.graph.nodes:
+                continue
+            if an.roles[p.name] is Role.PER_SAMPLE and an.group_of[p.name] == g:
+                lvl = max(lvl, self.level(p.name))
+            elif an.roles[p.name] is Role.SOURCE and p.name == g:
+                pass
+            elif g is not None:
+                lvl = max(lvl, 1 + self.after(p.name, g))
+        self._level[name] = lvl
+        return lvl
+
+    def after(self, name: str, group: str) -> int:
+        """The last pass of ``group`` whose results the whole value ``name`` depends on (0: none)."""
+        key = (name, group)
+        if key not in self._after:
+            an = self.analysis
+            role = an.roles.get(name)
+            if role is None:
+                result = 0  # an input
+            elif (role is Role.COLLECT and an.group_of[name] == group) or an.closes.get(name) == group:
+                result = self.level(name)
+            else:
+                result = max((self.after(d, group) for d in self.graph.deps(name)), default=0)
+            self._after[key] = result
+        return self._after[key]
+
+
+def _group_plan(
+    graph: Graph,
+    analysis: Analysis,
+    levels: _Levels,
+    source: str,
+    order: list[str],
+    outputs: tuple[str, ...],
+) -> GroupPlan:
+    in_group = [n for n in order if analysis.roles[n] is Role.PER_SAMPLE and analysis.group_of[n] == source]
+    collects = [
+        n
+        for n in order
+        if (analysis.roles[n] is Role.COLLECT and analysis.group_of[n] == source)
+        or analysis.closes.get(n) == source
+    ]
+    wanted_outputs = [o for o in outputs if o in in_group or o == source]
+    feeds_by_level: dict[int, list[str]] = {}
+    for c in collects:
+        feeds_by_level.setdefault(levels.level(c), []).append(c)
+    out_level = max((levels.level(o) if o != source else 1 for o in wanted_outputs), default=0)
+    numbers = sorted(set(feeds_by_level) | ({out_level} if wanted_outputs else set()))
+    passes = []
+    for k in numbers:
+        feeds = tuple(feeds_by_level.get(k, ()))
+        outs = tuple(wanted_outputs) if k == out_level else ()
+        roots = [p.name for c in feeds for p in graph.nodes[c].params if p.collect]
+        roots += [o for o in outs]
+        computes = _closure_in_group(graph, analysis, source, roots)
+        computes_ordered = tuple(n for n in in_group if n in computes)
+        needs = sorted(
+            {
+                p.name
+                for n in (*computes_ordered, source)
+                for p in graph.nodes[n].params
+                if not p.collect
+                and p.name != source
+                and (p.name in graph.nodes or p.name not in BUILTINS)
+                and not (analysis.roles.get(p.name) is Role.PER_SAMPLE and analysis.group_of[p.name] == source)
+            }
+        )
+        passes.append(PassPlan(k, computes_ordered, feeds, outs, tuple(needs)))
+    return GroupPlan(
+        source=source,
+        kind=graph.nodes[source].source or "parallel",
+        per_sample=tuple(in_group),
+        collects=tuple(collects),
+        passes=tuple(passes),
+    )
+
+
+def _closure_in_group(graph: Graph, analysis: Analysis, source: str, roots: Iterable[str]) -> set[str]:
+    seen: set[str] = set()
+    stack = [r for r in roots if analysis.roles.get(r) is Role.PER_SAMPLE]
+    while stack:
+        n = stack.pop()
+        if n in seen:
+            continue
+        seen.add(n)
+        for d in graph.deps(n):
+            if analysis.roles[d] is Role.PER_SAMPLE and analysis.group_of[d] == source:
+                stack.append(d)
+    return seen

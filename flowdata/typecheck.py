@@ -1,0 +1,289 @@
+"""One compatibility function, and the edge checks built on it.
+
+:func:`compatible` answers "can a value of type ``produced`` be handed to a parameter of
+type ``expected``?" the way a Python user expects, not the way a strict checker would:
+
+- ``Any`` and ``object`` accept everything; an unresolved or undecidable type is accepted
+  (flowdata never blocks a graph on a type it cannot reason about);
+- subclasses are accepted, and the numeric tower: ``bool`` -> ``int`` -> ``float`` -> ``complex``;
+- ``Optional``/unions: a produced union must fit entirely, an expected union needs one member;
+- ``Annotated[T, ...]`` is ``T``; a ``NewType`` is accepted where its base is expected, and
+  only the same ``NewType`` (or one derived from it) is accepted where it is expected;
+- generics compare their origin by subclass and their arguments *covariantly*, mutable
+  containers included (``list[Sub]`` fits ``list[Base]`` and ``Sequence[Base]``; a
+  dataflow does not mutate what it is handed); ``list[int]`` never fits ``list[str]``;
+  a bare generic (``list``) fits any parametrisation of it and the other way round;
+- ``torch.Tensor``, ``np.ndarray`` and other classes are plain classes.
+"""
+
+from __future__ import annotations
+
+import collections.abc as cabc
+import types
+import typing
+from collections.abc import Callable
+from typing import Any, Literal, Union, get_args, get_origin
+
+from flowdata.errors import GraphProblem
+from flowdata.graph import BUILTINS, Graph
+
+__all__ = ["compatible", "type_name", "check_edges", "collection_element"]
+
+_NUMERIC_TOWER: dict[type, tuple[type, ...]] = {
+    int: (float, complex),
+    float: (complex,),
+}
+
+# One-argument iterables whose argument is the element type.
+_ELEMENT_ORIGINS: tuple[type, ...] = (
+    cabc.Iterable,
+    cabc.Iterator,
+    cabc.Collection,
+    cabc.Container,
+    cabc.Sequence,
+    cabc.MutableSequence,
+    cabc.Set,
+    cabc.MutableSet,
+    cabc.Generator,
+    cabc.Reversible,
+    list,
+    set,
+    frozenset,
+    tuple,
+)
+
+
+def _strip(tp: Any) -> Any:
+    """Removes ``Annotated`` layers."""
+    while get_origin(tp) is typing.Annotated:
+        tp = get_args(tp)[0]
+    return tp
+
+
+def _is_union(tp: Any) -> bool:
+    return get_origin(tp) in (Union, types.UnionType)
+
+
+def _is_newtype(tp: Any) -> bool:
+    return isinstance(tp, typing.NewType)
+
+
+def _normalize_none(tp: Any) -> Any:
+    return type(None) if tp is None else tp
+
+
+def compatible(produced: Any, expected: Any) -> bool:
+    """Whether a value of type ``produced`` may be passed where ``expected`` is declared."""
+    p = _normalize_none(_strip(produced))
+    e = _normalize_none(_strip(expected))
+    if e is Any or e is object or p is Any or p == e:
+        return True
+    if isinstance(e, (typing.TypeVar, str, typing.ForwardRef)) or isinstance(
+        p, (typing.TypeVar, str, typing.ForwardRef)
+    ):
+        return True
+    if _is_union(p):
+        return all(compatible(m, e) for m in get_args(p))
+    if _is_union(e):
+        return any(compatible(p, m) for m in get_args(e))
+    if _is_newtype(e):
+        while _is_newtype(p):
+            if p is e:
+                return True
+            p = p.__supertype__
+        return False
+    if _is_newtype(p):
+        return compatible(p.__supertype__, e)
+    if get_origin(e) is Literal:
+        return get_origin(p) is Literal and set(get_args(p)) <= set(get_args(e))
+    if get_origin(p) is Literal:
+        return all(compatible(type(v), e) for v in get_args(p))
+    return _compatible_classes(p, e)
+
+
+def _compatible_classes(p: Any, e: Any) -> bool:
+    p_origin, e_origin = get_origin(p) or p, get_origin(e) or e
+    if p_origin is type(None) or e_origin is type(None):
+        return p_origin is e_origin
+    if not _subclass(p_origin, e_origin):
+        return False
+    p_args, e_args = get_args(p), get_args(e)
+    if not p_args or not e_args:
+        return True  # a bare generic fits any parametrisation, both ways
+    if e_origin is tuple:
+        return _tuple_fits(p_origin, p_args, e_args)
+    if p_origin is tuple:
+        return _tuple_into(p_args, e_args)
+    if isinstance(p_origin, type) and issubclass(p_origin, cabc.Mapping) and len(e_args) == 1:
+        return compatible(p_args[0], e_args[0])  # a mapping iterates over its keys
+    if e_origin in (cabc.Callable, Callable) or p_origin in (cabc.Callable, Callable):
+        return True  # call signatures are not compared
+    if len(p_args) != len(e_args):
+        return True  # cannot line the arguments up: do not block the graph
+    return all(compatible(pa, ea) for pa, ea in zip(p_args, e_args, strict=True))
+
+
+def _tuple_fits(p_origin: Any, p_args: tuple[Any, ...], e_args: tuple[Any, ...]) -> bool:
+    if p_origin is not tuple:
+        return True
+    if len(e_args) == 2 and e_args[1] is Ellipsis:
+        elems = p_args[:1] if len(p_args) == 2 and p_args[1] is Ellipsis else p_args
+        return all(compatible(a, e_args[0]) for a in elems)
+    if len(p_args) == 2 and p_args[1] is Ellipsis:
+        return False  # an open tuple does not fit a fixed shape
+    return len(p_args) == len(e_args) and all(
+        compatible(a, b) for a, b in zip(p_args, e_args, strict=True)
+    )
+
+
+def _tuple_into(p_args: tuple[Any, ...], e_args: tuple[Any, ...]) -> bool:
+    if len(e_args) != 1:
+        return True
+    elems = p_args[:1] if len(p_args) == 2 and p_args[1] is Ellipsis else p_args
+    return all(compatible(a, e_args[0]) for a in elems)
+
+
+def _subclass(p: Any, e: Any) -> bool:
+    if not isinstance(p, type) or not isinstance(e, type):
+        return True  # special forms we do not reason about
+    if p in _NUMERIC_TOWER and e in _NUMERIC_TOWER[p]:
+        return True
+    try:
+        return issubclass(p, e)
+    except TypeError:
+        return True  # e.g. a Protocol that is not runtime-checkable: undecidable, accept
+
+
+def collection_element(tp: Any) -> Any | None:
+    """The element type when ``tp`` is a collection such as ``list[T]`` or ``Iterable[T]``."""
+    tp = _strip(tp)
+    origin = get_origin(tp)
+    if origin in _ELEMENT_ORIGINS:
+        args = get_args(tp)
+        if origin is tuple:
+            return args[0] if len(args) == 2 and args[1] is Ellipsis else None
+        return args[0] if args else Any
+    if tp in _ELEMENT_ORIGINS and tp is not tuple:
+        return Any
+    return None
+
+
+def type_name(tp: Any) -> str:
+    """A short readable name: ``list[int]``, ``int | None``, ``torch.Tensor``."""
+    tp = _strip(tp)
+    if tp is None or tp is type(None):
+        return "None"
+    if tp is Any:
+        return "Any"
+    if tp is Ellipsis:
+        return "..."
+    if _is_newtype(tp):
+        return str(tp.__name__)
+    if _is_union(tp):
+        return " | ".join(type_name(a) for a in get_args(tp))
+    origin = get_origin(tp)
+    if origin is Literal:
+        return f"Literal[{', '.join(repr(a) for a in get_args(tp))}]"
+    if origin is not None:
+        args = get_args(tp)
+        inner = ", ".join(
+            "[" + ", ".join(type_name(x) for x in a) + "]" if isinstance(a, list) else type_name(a)
+            for a in args
+        )
+        return f"{type_name(origin)}[{inner}]" if args else type_name(origin)
+    if isinstance(tp, type):
+        mod = tp.__module__
+        if mod in ("builtins",):
+            return tp.__qualname__
+        if mod.startswith("collections.abc") or mod == "typing":
+            return tp.__qualname__
+        return f"{mod.split('.')[0]}.{tp.__qualname__}"
+    if isinstance(tp, typing.TypeVar):
+        return tp.__name__
+    return str(tp).replace("typing.", "")
+
+
+def check_edges(graph: Graph, per_sample: Callable[[str], bool]) -> list[GraphProblem]:
+    """Every edge whose produced type its consumer cannot accept, plus conflicting inputs.
+
+    Args:
+        graph: The graph.
+        per_sample: Tells whether a node's value is per-sample (a source's items count):
+            a per-sample value handed to a collection parameter is reported as a dangling
+            group (FD201), not as a plain mismatch.
+    """
+    problems: list[GraphProblem] = []
+    for name, node in graph.nodes.items():
+        for p in node.params:
+            producer = graph.nodes.get(p.name)
+            if producer is None:
+                continue
+            if compatible(producer.type, p.type):
+                continue
+            shown_expected = f"Collect[{type_name(p.type)}]" if p.collect else type_name(p.type)
+            element = None if p.collect else collection_element(p.type)
+            if element is not None and per_sample(p.name) and compatible(producer.type, element):
+                problems.append(
+                    GraphProblem(
+                        code="FD201",
+                        title="dangling-group",
+                        message=(
+                            f"'{name}' takes '{p.name}' as {type_name(p.type)}, but '{p.name}' is "
+                            "one value per sample: without Collect the group never closes"
+                        ),
+                        node=name,
+                        locations=(node.location, producer.location),
+                        expected=f"{p.name}: Collect[{type_name(element)}]",
+                        actual=f"{p.name}: {type_name(p.type)}",
+                        fix=f"annotate the parameter as '{p.name}: Collect[{type_name(element)}]'",
+                    )
+                )
+                continue
+            produced = type_name(producer.type)
+            problems.append(
+                GraphProblem(
+                    code="FD101",
+                    title="type-mismatch",
+                    message=(
+                        f"'{name}' expects '{p.name}' as {shown_expected}, but node '{p.name}' "
+                        f"{'yields items of' if producer.source else 'returns'} {produced}"
+                    ),
+                    node=name,
+                    locations=(node.location, producer.location),
+                    expected=type_name(p.type),
+                    actual=produced,
+                    fix=(
+                        f"change the annotation of '{p.name}' in '{name}' or the return type of "
+                        f"'{p.name}' so they agree"
+                    ),
+                )
+            )
+    problems.extend(_input_conflicts(graph))
+    return problems
+
+
+def _input_conflicts(graph: Graph) -> list[GraphProblem]:
+    problems = []
+    for spec in graph.inputs.values():
+        if spec.name in BUILTINS:
+            continue
+        readers = spec.readers
+        for (n1, p1), (n2, p2) in zip(readers, readers[1:]):
+            if not (compatible(p1.type, p2.type) or compatible(p2.type, p1.type)):
+                problems.append(
+                    GraphProblem(
+                        code="FD102",
+                        title="input-conflict",
+                        message=(
+                            f"input '{spec.name}' is read as {type_name(p1.type)} by '{n1.name}' "
+                            f"and as {type_name(p2.type)} by '{n2.name}'"
+                        ),
+                        node=n2.name,
+                        locations=(n2.location, n1.location),
+                        expected=type_name(p1.type),
+                        actual=type_name(p2.type),
+                        fix=f"give '{spec.name}' the same type in both functions",
+                    )
+                )
+                break
+    return problems
