@@ -1,0 +1,1 @@
+"""Ready-made flowdata function modules, written against the public API only."""
