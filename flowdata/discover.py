@@ -27,7 +27,7 @@ from typing import Any, get_args, get_origin
 
 from flowdata.errors import GraphProblem, describe
 from flowdata.node import NO_DEFAULT, Node, Param
-from flowdata.types import read_marker
+from flowdata.types import MarkerKind, read_marker
 
 __all__ = ["Program", "discover", "function_location", "load_program", "program_of"]
 
@@ -161,7 +161,7 @@ def _missing_annotations(fn: Callable[..., Any]) -> GraphProblem | None:
     )
 
 
-def _hamilton_marker(tp: Any) -> tuple[str | None, Any]:
+def _hamilton_marker(tp: Any) -> tuple[MarkerKind | None, Any]:
     """Reads Hamilton's ``Parallelizable[T]`` / ``Collect[T]`` as flowdata markers."""
     from hamilton import htypes
 
@@ -175,10 +175,10 @@ def _hamilton_marker(tp: Any) -> tuple[str | None, Any]:
     return None, tp
 
 
-def _read(tp: Any) -> tuple[str | None, Any]:
+def _read(tp: Any) -> tuple[MarkerKind | None, Any]:
     kind, inner = read_marker(tp)
     if kind is None:
-        kind, inner = _hamilton_marker(tp)
+        return _hamilton_marker(tp)
     return kind, inner
 
 
@@ -211,7 +211,7 @@ def _to_node(hn: Any, fn: Callable[..., Any]) -> tuple[Node, list[GraphProblem]]
     node = Node(
         name=hn.name,
         type=item_type,
-        source=kind,  # type: ignore[arg-type]
+        source=kind,
         params=tuple(params),
         fn=callable_,
         module=getattr(inspect.getmodule(origin), "__name__", ""),

@@ -229,8 +229,13 @@ class Driver:
         """
         outputs = tuple(outputs)
         values = self._values(inputs, None)
-        plan = make_plan(self.graph, self.analysis, outputs, set(values), allow_per_sample=True)
-        not_per_sample = [o for o in outputs if not self.analysis.per_sample(o)]
+        not_per_sample = [o for o in outputs if o in self.graph.nodes and not self.analysis.per_sample(o)]
+        supplied = set(values)
+        if item is not _MISSING and outputs and not not_per_sample and outputs[0] in self.graph.nodes:
+            # With the item given, the source is not called: its inputs are not needed.
+            source = self.graph.nodes[self.analysis.group_of[outputs[0]]]
+            supplied |= {p.name for p in source.params}
+        plan = make_plan(self.graph, self.analysis, outputs, supplied, allow_per_sample=True)
         if not_per_sample or not plan.groups:
             raise InputError(
                 f"run_sample() runs per-sample nodes; {', '.join(repr(o) for o in not_per_sample)} "

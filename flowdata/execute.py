@@ -80,9 +80,9 @@ class _Tee:
                 while True:
                     buf = self._buffers[r]
                     if buf:
-                        chunk = buf.popleft()
+                        ready = buf.popleft()
                         self._cond.notify_all()
-                        return chunk
+                        return ready
                     if self._done:
                         if self._error is not None:
                             raise self._error
@@ -95,7 +95,8 @@ class _Tee:
                         self._pulling = True
                         break
                     self._cond.wait()
-            chunk, error = None, None
+            chunk: ChunkResult | None = None
+            error: BaseException | None = None
             try:
                 chunk = next(self._source)
             except StopIteration:

@@ -133,12 +133,12 @@ def analyze(graph: Graph) -> Analysis:
             roles[name] = Role.SOURCE
             group_of[name] = name
             if per_sample:
-                g, p = next(iter(per_sample.items()))
+                g, via = next(iter(per_sample.items()))
                 problems.append(_problem(
                     "FD205", "nested-source", node,
-                    f"source '{name}' reads '{p}', a per-sample value of group '{g}': "
+                    f"source '{name}' reads '{via}', a per-sample value of group '{g}': "
                     "a source inside a group (nested groups) is not supported",
-                    f"yield the inner items from '{g}' directly, or take '{p}: Collect[...]' "
+                    f"yield the inner items from '{g}' directly, or take '{via}: Collect[...]' "
                     "to close the group first",
                     graph.nodes[g],
                 ))
@@ -149,12 +149,12 @@ def analyze(graph: Graph) -> Analysis:
             roles[name] = Role.COLLECT
             group_of[name] = next(iter(collected))
             if per_sample:
-                g, p = next(iter(per_sample.items()))
+                g, via = next(iter(per_sample.items()))
                 problems.append(_problem(
                     "FD206", "collect-and-per-sample", node,
-                    f"'{name}' takes Collect parameters and also the per-sample value '{p}' "
+                    f"'{name}' takes Collect parameters and also the per-sample value '{via}' "
                     f"of group '{g}'",
-                    f"split it: one node collects, another per-sample node reads '{p}' and the "
+                    f"split it: one node collects, another per-sample node reads '{via}' and the "
                     "collected result",
                 ))
             continue
@@ -373,7 +373,7 @@ def _check_outputs(
                 "sample, and execute() returns whole values\n"
                 f"  fix: add a Collect node, e.g. 'def all_{o}({o}: Collect[{type_name(node.type)}]) "
                 f"-> list[{type_name(node.type)}]: return list({o})', or use "
-                f"driver.run_sample(['{o}'], index=0) or driver.dataloader(['{o}'])"
+                f"driver.run_sample(['{o}'], index=0) to inspect one sample"
             )
 
 

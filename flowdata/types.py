@@ -70,4 +70,4 @@ def read_marker(tp: Any) -> tuple[MarkerKind | None, Any]:
 def make_marker(kind: MarkerKind, element: Any) -> Any:
     """The marked type for ``kind`` around ``element`` (used to translate Hamilton's types)."""
     marker = {"parallel": _PARALLEL, "sequential": _SEQUENTIAL, "collect": _COLLECT}[kind]
-    return Annotated[Iterable[element], marker]  # type: ignore[valid-type]
+    return Annotated[Iterable[element], marker]

@@ -1,8 +1,10 @@
 """The memory benchmark workload written for Hamilton's dynamic execution (see ``bench_core.py``).
 
-Same graph as ``memory_flow.blobs``/``total_length``: distinct 1 MB ``bytes`` items behind a
-``Parallelizable`` source, summed by a ``Collect``. Hamilton has no streaming source, so
-this is the closest equivalent of a flowdata ``Sequential`` source.
+Distinct 1 MB ``bytes`` items behind a ``Parallelizable`` source, summed by a ``Collect``.
+Hamilton has no streaming source, so this is the closest equivalent of a flowdata
+``Sequential`` source. The per-item node ``blob`` is needed: a Hamilton ``Collect`` that
+reads the ``Parallelizable`` node directly receives ``[[item, item, ...]]`` (one list
+wrapping all the items) and the sum comes out wrong without any error.
 """
 
 from hamilton.htypes import Collect, Parallelizable
@@ -16,6 +18,11 @@ def blobs(n: int) -> Parallelizable[bytes]:
         yield bytes((i % 256,)) * BLOB_BYTES
 
 
-def total_length(blobs: Collect[bytes]) -> int:
+def blob(blobs: bytes) -> bytes:
+    """One blob, as it is (the per-item step)."""
+    return blobs
+
+
+def total_length(blob: Collect[bytes]) -> int:
     """Total size of every blob."""
-    return sum(len(b) for b in blobs)
+    return sum(len(b) for b in blob)

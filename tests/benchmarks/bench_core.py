@@ -1,0 +1,592 @@
+"""Core benchmark: flowdata's per-sample overhead and streaming memory, side by side.
+
+Run from the repository root::
+
+    .venv/bin/python tests/benchmarks/bench_core.py            # full (a few minutes)
+    .venv/bin/python tests/benchmarks/bench_core.py --quick    # under about 2 minutes
+
+What is measured
+----------------
+**Section 1 — trivial samples.** The workload (``core_flow.py``) is a Parallel source of
+``n`` ints, two per-sample nodes (``doubled = x * 2``, ``plus_one = doubled + 1``) and a
+plain Collect node summing them (result ``n * n``). Rows:
+
+- *plain Python loop*: the same arithmetic inline in a ``for`` loop over a generator
+  (the floor every ratio is taken against);
+- *plain Python, same functions*: the module's own functions called in a loop (the
+  unavoidable cost of one Python call per node per sample);
+- *flowdata inline*: ``Driver.execute(["total"], inputs={"n": n})``;
+- *flowdata processes*: the same with ``executor=flowdata.ProcessExecutor(num_workers=2)``,
+  created once and reused; the first call, which starts the pool, is reported apart;
+- *Hamilton dynamic*: Hamilton 1.90 ``Parallelizable``/``Collect``
+  (``core_flow_hamilton.py``), with ``SynchronousLocalTaskExecutor`` for both the local
+  and the remote (per-item) tasks, so it is single-threaded like flowdata inline. It
+  costs milliseconds per item and grows faster than linearly, so it runs at smaller
+  ``n`` (10,000 in full mode, 1,000 with ``--quick``) and once.
+
+**Section 2 — memory of streaming.** Every sample is a distinct 1 MB ``bytes`` object,
+summed by length in a Collect node (``memory_flow.py``), for ``n`` = 250, 500, 1,000.
+A ``Sequential`` source streamed into a Collect must keep peak memory flat in ``n``;
+a list-materialising loop grows by about 1 MB per sample. Parallel-source variants
+(inline and processes) and Hamilton are shown for reference.
+
+How it is measured
+------------------
+Every (row, n) runs in a fresh interpreter (this script re-run with ``--row NAME --n N``)
+so that peak RSS belongs to that row alone. Peak RSS is ``getrusage(RUSAGE_SELF).ru_maxrss``
+at the end of the row; *base* is the same high-water mark read after imports and graph
+building, before any work, so ``peak - base`` is what the work itself added. For the
+process executor the pool is closed (its workers reaped) before reading
+``RUSAGE_CHILDREN``, which gives the largest worker's peak; forked workers count the
+pages they share with the parent, so their figure starts near the parent's base.
+
+Section 1 times are the best of ``--repeats`` (default 3) runs after one warm-up run
+(for the process executor the first call is the warm-up). Hamilton and section 2 rows
+run once. Times are wall-clock ``perf_counter`` and exclude interpreter start, imports
+and graph building.
+
+How to read it
+--------------
+- ``µs/sample``: wall time of one ``execute()`` divided by ``n``.
+- Ratios ``x / plain loop`` are the framework's overhead factor on trivial work; real
+  nodes (decoding, transforms) cost far more than the arithmetic here, so this is the
+  worst case.
+- *Linearity*: µs/sample at 100,000 over µs/sample at 10,000; near 1.0 means cost grows
+  linearly with ``n``. The Hamilton growth line shows the same ratio for Hamilton
+  (about ``n2 / n1`` when cost grows with ``n**2``).
+- Section 2 *growth* is ``peak(n_max) - peak(n_min)`` in MB; "flat" means under a tenth
+  of the data added between the two sizes.
+
+The script only reports; it asserts nothing about time or memory. pytest does not
+collect it (``norecursedirs`` excludes ``tests/benchmarks``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import math
+import multiprocessing
+import os
+import platform
+import resource
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import asdict, dataclass, field
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+if str(HERE) not in sys.path:  # the workload modules live next to this script
+    sys.path.insert(0, str(HERE))
+
+RESULT_TAG = "BENCH_RESULT "
+NUM_WORKERS = 2
+BLOB_BYTES = 1_000_000
+CORE_SIZES = (10_000, 100_000)
+MEMORY_SIZES = (250, 500, 1_000)
+ROW_TIMEOUT_S = 900
+
+
+# --- one row, in its own interpreter --------------------------------------------------------
+
+
+@dataclass
+class Measurement:
+    """What one (row, n) run reports back to the parent process.
+
+    Attributes:
+        row: Row name (a key of ``ROWS``).
+        n: Number of samples.
+        us_per_sample: Wall time per sample, in microseconds.
+        rss_base_mb: Peak RSS after imports and building, before the work.
+        rss_peak_mb: Peak RSS of the process at the end.
+        rss_workers_mb: Largest peak RSS among reaped child processes (process executor).
+        correct: Whether the result equals the expected value.
+        notes: Extra figures (build time, first-call time, ...).
+        error: Why the row produced no figures, if it failed.
+    """
+
+    row: str
+    n: int
+    us_per_sample: float | None = None
+    rss_base_mb: float | None = None
+    rss_peak_mb: float | None = None
+    rss_workers_mb: float | None = None
+    correct: bool | None = None
+    notes: dict[str, float] = field(default_factory=dict)
+    error: str | None = None
+
+
+def _maxrss_mb(who: int = resource.RUSAGE_SELF) -> float:
+    """Peak resident set size of ``who`` in MB (ru_maxrss is KiB on Linux, bytes on macOS)."""
+    raw = resource.getrusage(who).ru_maxrss
+    return raw / 2**20 if sys.platform == "darwin" else raw / 2**10
+
+
+def _best_of(work: Callable[[], Any], repeats: int, warm_up: bool = True) -> tuple[float, Any]:
+    """Best wall time of ``repeats`` calls of ``work`` (after one untimed call) and its result."""
+    if warm_up:
+        work()
+    best, result = math.inf, None
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        result = work()
+        best = min(best, time.perf_counter() - t0)
+    return best, result
+
+
+def _once(work: Callable[[], Any]) -> tuple[float, Any]:
+    """Wall time of a single call of ``work`` and its result."""
+    t0 = time.perf_counter()
+    result = work()
+    return time.perf_counter() - t0, result
+
+
+def _ints(n: int) -> Iterator[int]:
+    """The plain-Python source: the same generator as ``core_flow.items``."""
+    yield from range(n)
+
+
+def _blob(i: int) -> bytes:
+    """A distinct 1 MB sample; the same bytes as ``memory_flow.make_blob`` (not imported, so
+    the plain rows do not pay for importing flowdata)."""
+    return bytes((i % 256,)) * BLOB_BYTES
+
+
+RowFn = Callable[[int, int], Measurement]
+
+
+@dataclass(frozen=True)
+class Row:
+    """A benchmark row: its label in the tables and the function measuring it."""
+
+    name: str
+    label: str
+    fn: RowFn
+
+
+ROWS: dict[str, Row] = {}
+
+
+def row(name: str, label: str) -> Callable[[RowFn], RowFn]:
+    """Registers ``fn(n, repeats) -> Measurement`` as row ``name``."""
+
+    def register(fn: RowFn) -> RowFn:
+        ROWS[name] = Row(name, label, fn)
+        return fn
+
+    return register
+
+
+def _measured(name: str, n: int, seconds: float, result: Any, expected: Any, base: float, **notes: float) -> Measurement:
+    return Measurement(
+        row=name,
+        n=n,
+        us_per_sample=seconds / n * 1e6,
+        rss_base_mb=base,
+        rss_peak_mb=_maxrss_mb(),
+        correct=result == expected,
+        notes=dict(notes),
+    )
+
+
+def _flowdata_driver(module_name: str) -> tuple[Any, float]:
+    """A flowdata driver over one workload module, and the build time in ms."""
+    import importlib
+
+    import flowdata as fd
+
+    t0 = time.perf_counter()
+    dr = fd.Builder().with_modules(importlib.import_module(module_name)).build()
+    return dr, (time.perf_counter() - t0) * 1e3
+
+
+def _hamilton_driver(module_name: str) -> tuple[Any, float]:
+    """A Hamilton dynamic-execution driver, synchronous for every task, and the build time in ms."""
+    import importlib
+
+    from hamilton import driver
+    from hamilton.execution.executors import SynchronousLocalTaskExecutor
+
+    t0 = time.perf_counter()
+    dr = (
+        driver.Builder()
+        .with_modules(importlib.import_module(module_name))
+        .enable_dynamic_execution(allow_experimental_mode=True)
+        .with_local_executor(SynchronousLocalTaskExecutor())
+        .with_remote_executor(SynchronousLocalTaskExecutor())
+        .build()
+    )
+    return dr, (time.perf_counter() - t0) * 1e3
+
+
+# Section 1 rows.
+
+
+@row("plain-loop", "plain Python loop")
+def _plain_loop(n: int, repeats: int) -> Measurement:
+    def work() -> int:
+        total = 0
+        for x in _ints(n):
+            doubled = x * 2
+            plus_one = doubled + 1
+            total += plus_one
+        return total
+
+    base = _maxrss_mb()
+    seconds, result = _best_of(work, repeats)
+    return _measured("plain-loop", n, seconds, result, n * n, base)
+
+
+@row("plain-calls", "plain Python, same functions")
+def _plain_calls(n: int, repeats: int) -> Measurement:
+    import core_flow as m
+
+    def work() -> int:
+        return m.total(m.plus_one(m.doubled(x)) for x in m.items(n))
+
+    base = _maxrss_mb()
+    seconds, result = _best_of(work, repeats)
+    return _measured("plain-calls", n, seconds, result, n * n, base)
+
+
+@row("flowdata-inline", "flowdata execute() inline")
+def _flowdata_inline(n: int, repeats: int) -> Measurement:
+    dr, build_ms = _flowdata_driver("core_flow")
+    base = _maxrss_mb()
+    seconds, result = _best_of(lambda: dr.execute(["total"], inputs={"n": n})["total"], repeats)
+    return _measured("flowdata-inline", n, seconds, result, n * n, base, build_ms=build_ms)
+
+
+@row("flowdata-processes", f"flowdata processes ({NUM_WORKERS} workers)")
+def _flowdata_processes(n: int, repeats: int) -> Measurement:
+    import flowdata as fd
+
+    dr, build_ms = _flowdata_driver("core_flow")
+    base = _maxrss_mb()
+    ex = fd.ProcessExecutor(num_workers=NUM_WORKERS)
+    try:
+        first_s, _ = _once(lambda: dr.execute(["total"], inputs={"n": n}, executor=ex))
+        # The first call (pool start, worker imports) is the warm-up.
+        seconds, result = _best_of(
+            lambda: dr.execute(["total"], inputs={"n": n}, executor=ex)["total"], repeats, warm_up=False
+        )
+    finally:
+        ex.close()  # reaps the workers, so RUSAGE_CHILDREN covers them
+    m = _measured("flowdata-processes", n, seconds, result, n * n, base, build_ms=build_ms, first_call_ms=first_s * 1e3)
+    m.rss_workers_mb = _maxrss_mb(resource.RUSAGE_CHILDREN)
+    return m
+
+
+@row("hamilton", "Hamilton 1.90 dynamic (sync)")
+def _hamilton(n: int, repeats: int) -> Measurement:
+    dr, build_ms = _hamilton_driver("core_flow_hamilton")
+    base = _maxrss_mb()
+    seconds, result = _once(lambda: dr.execute(["total"], inputs={"n": n})["total"])
+    return _measured("hamilton", n, seconds, result, n * n, base, build_ms=build_ms)
+
+
+# Section 2 rows (1 MB samples; one run each).
+
+
+@row("mem-stream", "plain streaming loop")
+def _mem_stream(n: int, repeats: int) -> Measurement:
+    base = _maxrss_mb()
+    seconds, result = _once(lambda: sum(len(_blob(i)) for i in range(n)))
+    return _measured("mem-stream", n, seconds, result, n * BLOB_BYTES, base)
+
+
+@row("mem-list", "plain list (materialise first)")
+def _mem_list(n: int, repeats: int) -> Measurement:
+    def work() -> int:
+        blobs = [_blob(i) for i in range(n)]
+        return sum(len(b) for b in blobs)
+
+    base = _maxrss_mb()
+    seconds, result = _once(work)
+    return _measured("mem-list", n, seconds, result, n * BLOB_BYTES, base)
+
+
+@row("mem-flowdata-seq", "flowdata Sequential -> Collect")
+def _mem_flowdata_seq(n: int, repeats: int) -> Measurement:
+    dr, build_ms = _flowdata_driver("memory_flow")
+    base = _maxrss_mb()
+    seconds, result = _once(lambda: dr.execute(["total_length"], inputs={"n": n})["total_length"])
+    return _measured("mem-flowdata-seq", n, seconds, result, n * BLOB_BYTES, base, build_ms=build_ms)
+
+
+@row("mem-flowdata-par", "flowdata Parallel inline (ref.)")
+def _mem_flowdata_par(n: int, repeats: int) -> Measurement:
+    dr, build_ms = _flowdata_driver("memory_flow")
+    base = _maxrss_mb()
+    out = "parallel_total_length"
+    seconds, result = _once(lambda: dr.execute([out], inputs={"n": n})[out])
+    return _measured("mem-flowdata-par", n, seconds, result, n * BLOB_BYTES, base, build_ms=build_ms)
+
+
+@row("mem-flowdata-par-proc", f"flowdata Parallel processes({NUM_WORKERS}) (ref.)")
+def _mem_flowdata_par_proc(n: int, repeats: int) -> Measurement:
+    import flowdata as fd
+
+    dr, build_ms = _flowdata_driver("memory_flow")
+    base = _maxrss_mb()
+    out = "parallel_total_length"
+    with fd.ProcessExecutor(num_workers=NUM_WORKERS) as ex:
+        seconds, result = _once(lambda: dr.execute([out], inputs={"n": n}, executor=ex)[out])
+    m = _measured("mem-flowdata-par-proc", n, seconds, result, n * BLOB_BYTES, base, build_ms=build_ms)
+    m.rss_workers_mb = _maxrss_mb(resource.RUSAGE_CHILDREN)
+    return m
+
+
+@row("mem-hamilton", "Hamilton Parallelizable -> Collect")
+def _mem_hamilton(n: int, repeats: int) -> Measurement:
+    dr, build_ms = _hamilton_driver("memory_flow_hamilton")
+    base = _maxrss_mb()
+    seconds, result = _once(lambda: dr.execute(["total_length"], inputs={"n": n})["total_length"])
+    return _measured("mem-hamilton", n, seconds, result, n * BLOB_BYTES, base, build_ms=build_ms)
+
+
+def run_row(name: str, n: int, repeats: int) -> None:
+    """Child mode: measures one row and prints its :class:`Measurement` as a tagged JSON line."""
+    m = ROWS[name].fn(n, repeats)
+    print(RESULT_TAG + json.dumps(asdict(m)), flush=True)
+
+
+# --- the parent: run every row in a fresh interpreter, print the tables ---------------------
+
+
+def measure(name: str, n: int, repeats: int) -> Measurement:
+    """Runs one row in a fresh interpreter and parses what it reports."""
+    print(f"  running {name:<22} n={n:>7,} ...", end="", file=sys.stderr, flush=True)
+    cmd = [sys.executable, str(Path(__file__).resolve()), "--row", name, "--n", str(n), "--repeats", str(repeats)]
+    t0 = time.perf_counter()
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=ROW_TIMEOUT_S, check=False)
+    except subprocess.TimeoutExpired:
+        print(" timed out", file=sys.stderr)
+        return Measurement(name, n, error=f"timed out after {ROW_TIMEOUT_S} s")
+    print(f" {time.perf_counter() - t0:6.1f} s", file=sys.stderr, flush=True)
+    for line in reversed(proc.stdout.splitlines()):
+        if line.startswith(RESULT_TAG):
+            return Measurement(**json.loads(line[len(RESULT_TAG) :]))
+    tail = (proc.stderr.strip().splitlines() or [f"exit status {proc.returncode}"])[-1]
+    return Measurement(name, n, error=tail)
+
+
+def _version(dist: str) -> str:
+    try:
+        return metadata.version(dist)
+    except metadata.PackageNotFoundError:
+        return "not installed"
+
+
+def machine_lines() -> list[str]:
+    """A description of the machine and the software measured."""
+    cpu_model = platform.processor() or "?"
+    mem_gb = "?"
+    try:
+        with open("/proc/cpuinfo") as f:
+            cpu_model = next((ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name")), cpu_model)
+        with open("/proc/meminfo") as f:
+            kb = next(int(ln.split()[1]) for ln in f if ln.startswith("MemTotal"))
+            mem_gb = f"{kb / 2**20:.1f} GiB"
+    except (OSError, StopIteration, ValueError):
+        pass
+    usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    hamilton = _version("apache-hamilton")
+    if hamilton == "not installed":
+        hamilton = _version("sf-hamilton")
+    return [
+        f"date      {datetime.datetime.now().isoformat(timespec='seconds')}",
+        f"machine   {platform.platform()}; {cpu_model}",
+        f"cpus      os.cpu_count()={os.cpu_count()}, usable={usable}; memory {mem_gb}",
+        f"python    {platform.python_implementation()} {platform.python_version()} ({sys.executable})",
+        f"packages  flowdata {_version('flowdata')}, hamilton {hamilton}; "
+        f"multiprocessing start method: {multiprocessing.get_start_method()}",
+    ]
+
+
+def _fmt_us(x: float | None) -> str:
+    if x is None:
+        return "-"
+    if x < 10:
+        return f"{x:.3f}"
+    if x < 1000:
+        return f"{x:.1f}"
+    return f"{x:,.0f}"
+
+
+def _fmt_mb(x: float | None) -> str:
+    return "-" if x is None else f"{x:,.1f}"
+
+
+def _ratio(a: float | None, b: float | None) -> str:
+    if a is None or b is None or b == 0:
+        return "n/a"
+    return f"{a / b:,.2f}x"
+
+
+def _status(m: Measurement) -> str:
+    if m.error is not None:
+        return f"ERROR: {m.error}"
+    return "ok" if m.correct else "WRONG RESULT"
+
+
+@dataclass
+class Results:
+    """Every measurement, by (row, n)."""
+
+    by_key: dict[tuple[str, int], Measurement] = field(default_factory=dict)
+
+    def add(self, m: Measurement) -> None:
+        self.by_key[(m.row, m.n)] = m
+
+    def us(self, name: str, n: int) -> float | None:
+        m = self.by_key.get((name, n))
+        return None if m is None else m.us_per_sample
+
+
+def print_core(results: Results, sizes: Sequence[int], hamilton_sizes: Sequence[int]) -> None:
+    """Section 1: the trivial-sample table, its ratios and the growth checks."""
+    print("\nSection 1 - trivial samples: items(n) -> x*2 -> +1 -> Collect sum  (time: best of repeats)")
+    header = f"{'row':<34}{'n':>9}{'µs/sample':>12}{'peak RSS MB':>13}{'base MB':>9}{'workers MB':>12}  result / notes"
+    print(header)
+    print("-" * len(header))
+    order = [(r, n) for n in sizes for r in ("plain-loop", "plain-calls", "flowdata-inline", "flowdata-processes")]
+    for n in hamilton_sizes:
+        if n not in sizes:  # flowdata at Hamilton's sizes, for the Hamilton / flowdata ratio
+            order.append(("flowdata-inline", n))
+        order.append(("hamilton", n))
+    for name, n in order:
+        m = results.by_key.get((name, n))
+        if m is None:
+            continue
+        notes = [_status(m)]
+        if "first_call_ms" in m.notes:
+            notes.append(f"first call incl. pool start {m.notes['first_call_ms']:,.0f} ms")
+        if name == "hamilton":
+            notes.append("single run")
+        print(
+            f"{ROWS[name].label:<34}{n:>9,}{_fmt_us(m.us_per_sample):>12}{_fmt_mb(m.rss_peak_mb):>13}"
+            f"{_fmt_mb(m.rss_base_mb):>9}{_fmt_mb(m.rss_workers_mb):>12}  {'; '.join(notes)}"
+        )
+
+    print("\nRatios (µs/sample over µs/sample)")
+    for n in sizes:
+        plain = results.us("plain-loop", n)
+        print(f"  n={n:>7,}  flowdata inline / plain loop     {_ratio(results.us('flowdata-inline', n), plain):>10}")
+        print(f"  n={n:>7,}  flowdata processes / plain loop  {_ratio(results.us('flowdata-processes', n), plain):>10}")
+        print(f"  n={n:>7,}  plain same functions / plain loop{_ratio(results.us('plain-calls', n), plain):>10}")
+    for n in hamilton_sizes:
+        print(
+            f"  n={n:>7,}  Hamilton / flowdata inline       "
+            f"{_ratio(results.us('hamilton', n), results.us('flowdata-inline', n)):>10}"
+        )
+
+    small, large = sizes[0], sizes[-1]
+    print("\nLinearity (µs/sample at the larger n over the smaller; 1.00 = linear)")
+    print(
+        f"  flowdata inline     n={small:,} -> {large:,}: {_fmt_us(results.us('flowdata-inline', small))} -> "
+        f"{_fmt_us(results.us('flowdata-inline', large))} µs  = {_ratio(results.us('flowdata-inline', large), results.us('flowdata-inline', small))}"
+    )
+    print(
+        f"  flowdata processes  n={small:,} -> {large:,}: {_fmt_us(results.us('flowdata-processes', small))} -> "
+        f"{_fmt_us(results.us('flowdata-processes', large))} µs  = "
+        f"{_ratio(results.us('flowdata-processes', large), results.us('flowdata-processes', small))}"
+    )
+    if not hamilton_sizes:
+        return
+    h1, h2 = hamilton_sizes[0], hamilton_sizes[-1]
+    print(
+        f"  Hamilton dynamic    n={h1:,} -> {h2:,}: {_fmt_us(results.us('hamilton', h1))} -> "
+        f"{_fmt_us(results.us('hamilton', h2))} µs  = {_ratio(results.us('hamilton', h2), results.us('hamilton', h1))}"
+        f"  (cost growing with n**2 would give about {h2 / h1:.2f}x)"
+    )
+
+
+def print_memory(results: Results, sizes: Sequence[int]) -> None:
+    """Section 2: peak RSS per n for 1 MB samples, and how much it grows."""
+    print(f"\nSection 2 - memory: {len(sizes)} sizes of 1 MB samples summed by a Collect  (peak RSS MB; one run each)")
+    cols = "".join(f"{'n=' + format(n, ','):>11}" for n in sizes)
+    header = f"{'row':<38}{'base':>8}{cols}{'growth':>9}  {'µs/sample @' + format(sizes[-1], ','):>17}  verdict / notes"
+    print(header)
+    print("-" * len(header))
+    names = ("mem-stream", "mem-list", "mem-flowdata-seq", "mem-flowdata-par", "mem-flowdata-par-proc", "mem-hamilton")
+    for name in names:
+        ms = [results.by_key.get((name, n)) for n in sizes]
+        if all(m is None for m in ms):
+            continue
+        peaks = [None if m is None else m.rss_peak_mb for m in ms]
+        base = ms[0].rss_base_mb if ms[0] is not None else None
+        errors = [m for m in ms if m is not None and (m.error is not None or not m.correct)]
+        growth: float | None = None
+        if peaks[0] is not None and peaks[-1] is not None:
+            growth = peaks[-1] - peaks[0]
+        notes: list[str] = []
+        if errors:
+            notes.append(_status(errors[0]))
+        elif growth is not None:
+            added_mb = (sizes[-1] - sizes[0]) * BLOB_BYTES / 2**20
+            notes.append("flat" if growth < added_mb / 10 else "grows with n")
+        workers = [m.rss_workers_mb for m in ms if m is not None and m.rss_workers_mb is not None]
+        if workers:
+            notes.append("workers peak " + "/".join(f"{w:,.0f}" for w in workers) + " MB")
+        last = ms[-1]
+        cells = "".join(f"{_fmt_mb(p):>11}" for p in peaks)
+        print(
+            f"{ROWS[name].label:<38}{_fmt_mb(base):>8}{cells}{_fmt_mb(growth):>9}"
+            f"  {_fmt_us(None if last is None else last.us_per_sample):>17}  {'; '.join(notes)}"
+        )
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Parses arguments; runs one row (child mode) or the whole benchmark."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
+    parser.add_argument("--quick", action="store_true", help="Hamilton at n=1,000/2,000 instead of 10,000")
+    parser.add_argument("--repeats", type=int, default=3, help="timed runs per fast row (best is kept)")
+    parser.add_argument("--skip-hamilton", action="store_true", help="leave out the Hamilton rows")
+    parser.add_argument("--skip-memory", action="store_true", help="leave out section 2")
+    parser.add_argument("--row", choices=sorted(ROWS), help=argparse.SUPPRESS)  # child mode
+    parser.add_argument("--n", type=int, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+
+    if args.row is not None:
+        run_row(args.row, args.n, args.repeats)
+        return 0
+
+    hamilton_sizes: tuple[int, ...] = () if args.skip_hamilton else ((1_000, 2_000) if args.quick else (1_000, 10_000))
+    print("flowdata core benchmark" + (" (--quick)" if args.quick else ""))
+    for line in machine_lines():
+        print("  " + line)
+    sys.stdout.flush()
+
+    t0 = time.perf_counter()
+    results = Results()
+    for n in CORE_SIZES:
+        for name in ("plain-loop", "plain-calls", "flowdata-inline", "flowdata-processes"):
+            results.add(measure(name, n, args.repeats))
+    for n in hamilton_sizes:
+        results.add(measure("hamilton", n, args.repeats))
+        if ("flowdata-inline", n) not in results.by_key:  # for the Hamilton / flowdata ratio
+            results.add(measure("flowdata-inline", n, args.repeats))
+    if not args.skip_memory:
+        for n in MEMORY_SIZES:
+            for name in ("mem-stream", "mem-list", "mem-flowdata-seq", "mem-flowdata-par", "mem-flowdata-par-proc"):
+                results.add(measure(name, n, args.repeats))
+            if not args.skip_hamilton:
+                results.add(measure("mem-hamilton", n, args.repeats))
+
+    print_core(results, CORE_SIZES, hamilton_sizes)
+    if not args.skip_memory:
+        print_memory(results, MEMORY_SIZES)
+    print(f"\ntotal wall time {time.perf_counter() - t0:.0f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,87 @@
+"""The markers type-check under mypy --strict and pyright in user code, with no ignores."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+USER_MODULE = ROOT / "tests" / "typing_cases" / "user_module.py"
+
+
+def test_user_module_has_no_ignores() -> None:
+    assert "type: ignore" not in USER_MODULE.read_text()
+    assert "pyright: ignore" not in USER_MODULE.read_text()
+
+
+@pytest.mark.slow
+def test_mypy_strict_accepts_markers() -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "mypy", "--strict", "--no-incremental", "--config-file", "/dev/null",
+         "--ignore-missing-imports", str(USER_MODULE)],
+        capture_output=True, text=True, cwd=ROOT,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+@pytest.mark.slow
+def test_mypy_rejects_a_wrong_element_type(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.py"
+    bad.write_text(
+        "from flowdata import Parallel, Collect\n"
+        "def item(n: int) -> Parallel[str]:\n"
+        "    yield n\n"
+        "def total(item: Collect[int]) -> str:\n"
+        "    return sum(item)\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-m", "mypy", "--strict", "--no-incremental", "--config-file", "/dev/null", str(bad)],
+        capture_output=True, text=True, cwd=ROOT,
+    )
+    assert result.returncode == 1
+    assert 'Incompatible types in "yield" (actual type "int", expected type "str")' in result.stdout
+    assert 'Incompatible return value type (got "int", expected "str")' in result.stdout
+
+
+@pytest.mark.slow
+def test_pyright_accepts_markers() -> None:
+    pyright = shutil.which("pyright", path=str(Path(sys.executable).parent))
+    assert pyright is not None, "pyright is installed by scripts/setup.sh"
+    result = subprocess.run(
+        [pyright, "--pythonpath", sys.executable, str(USER_MODULE)],
+        capture_output=True, text=True, cwd=ROOT, timeout=300,
+    )
+    assert result.returncode == 0 and "0 errors" in result.stdout, result.stdout + result.stderr
+
+
+def test_markers_read_back() -> None:
+    import typing
+
+    import flowdata as fd
+    from flowdata.types import read_marker
+
+    hints = typing.get_type_hints(
+        __import__("tests.typing_cases.user_module", fromlist=["x"]).paired, include_extras=True
+    )
+    assert read_marker(hints["length"]) == ("collect", int)
+    assert read_marker(fd.Parallel[str]) == ("parallel", str)
+    assert read_marker(fd.Sequential[bytes]) == ("sequential", bytes)
+    assert read_marker(list[int]) == (None, list[int])
+
+
+def test_user_module_runs() -> None:
+    import flowdata as fd
+    from tests.typing_cases import user_module
+
+    dr = fd.Builder().with_modules(user_module).build()
+    out = dr.execute(["total", "paired", "ticks", "hamilton_total"], inputs={"folder": "d", "n": 4, "names": ["ab", "c"]})
+    assert out == {
+        "total": 21,
+        "paired": [(7, "d/0.wav"), (7, "d/1.wav"), (7, "d/2.wav")],
+        "ticks": 6,
+        "hamilton_total": 3,
+    }
