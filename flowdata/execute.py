@@ -344,7 +344,7 @@ class Run:
             sizer = _ChunkSizer(self.chunk_size)
             key = uuid.uuid4().bytes
             program = self._program()
-            ctx = pickle.dumps((spec, whole), protocol=pickle.HIGHEST_PROTOCOL)
+            ctx = _pickled_context(spec, whole)
             tasks = ((key, program, ctx, idx, chunk) for idx, chunk in _chunked(items, sizer.next_size))
             results = self.executor.map(worker_task, tasks)
             try:
@@ -402,6 +402,24 @@ class Run:
         spec = PassSpec(group.source, pass_.number, pass_.computes, pass_.outputs)
         result = self._checked(group, pass_, run_chunk(self.graph.nodes, spec, whole, [index], [item]))
         return {o: result.columns[o][0] for o in pass_.outputs}
+
+
+def _pickled_context(spec: PassSpec, whole: Mapping[str, Any]) -> bytes:
+    """The pass and its whole values as bytes, sent with every chunk (unpickled once per worker)."""
+    try:
+        return pickle.dumps((spec, dict(whole)), protocol=pickle.HIGHEST_PROTOCOL)
+    except Exception:
+        for name, value in whole.items():
+            try:
+                pickle.dumps(value)
+            except Exception as exc:
+                raise FlowdataError(
+                    f"'{name}' (a {type(value).__name__}) is read by group '{spec.group}' but cannot "
+                    f"be sent to worker processes: {describe(exc)}\n"
+                    "  fix: return a picklable value (no lambdas, open files or locks), or use "
+                    "executor='inline'"
+                ) from exc
+        raise
 
 
 def _nth(items: Iterator[Any], index: int, source: str) -> Any:

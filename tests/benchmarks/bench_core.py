@@ -428,7 +428,8 @@ def _fmt_mb(x: float | None) -> str:
 def _ratio(a: float | None, b: float | None) -> str:
     if a is None or b is None or b == 0:
         return "n/a"
-    return f"{a / b:,.2f}x"
+    r = a / b
+    return f"{r:,.0f}x" if r >= 100 else f"{r:.2f}x"
 
 
 def _status(m: Measurement) -> str:
@@ -471,6 +472,8 @@ def print_core(results: Results, sizes: Sequence[int], hamilton_sizes: Sequence[
             notes.append(f"first call incl. pool start {m.notes['first_call_ms']:,.0f} ms")
         if name == "hamilton":
             notes.append("single run")
+        if name == "flowdata-inline" and "build_ms" in m.notes:
+            notes.append(f"first build() {m.notes['build_ms']:,.0f} ms")
         print(
             f"{ROWS[name].label:<34}{n:>9,}{_fmt_us(m.us_per_sample):>12}{_fmt_mb(m.rss_peak_mb):>13}"
             f"{_fmt_mb(m.rss_base_mb):>9}{_fmt_mb(m.rss_workers_mb):>12}  {'; '.join(notes)}"
