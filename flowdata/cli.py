@@ -92,8 +92,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except FlowdataError as exc:
         print(f"flowdata: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 1
-    except ImportError as exc:
-        print(f"flowdata: cannot import module: {exc}", file=sys.stderr)
+    except (ImportError, SyntaxError, OSError) as exc:
+        print(f"flowdata: cannot import module: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 2
 
 

@@ -91,3 +91,10 @@ def test_bad_key_value() -> None:
 def test_unimportable_module(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["check", "no_such_module_xyz"]) == 2
     assert "cannot import module" in capsys.readouterr().err
+
+
+def test_module_with_syntax_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    broken = tmp_path / "broken_flow.py"
+    broken.write_text("def a(x: int) -> int\n    return x\n")
+    assert main(["check", str(broken)]) == 2
+    assert "cannot import module: SyntaxError" in capsys.readouterr().err
