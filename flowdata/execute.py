@@ -34,6 +34,7 @@ its own group runs a pass, the closed group's pass is run as a stream feeding it
 from __future__ import annotations
 
 import pickle
+import sys
 import threading
 import uuid
 from collections import deque
@@ -51,8 +52,8 @@ from flowdata.plan import Analysis, GroupPlan, PassPlan, Plan
 
 __all__ = ["Run"]
 
-_INLINE_CHUNK = 512
-_MIN_CHUNK, _MAX_CHUNK, _TARGET_SECONDS = 8, 4096, 0.05
+_INLINE_MAX_CHUNK = 512
+_MIN_CHUNK, _MAX_CHUNK, _TARGET_SECONDS, _TARGET_BYTES = 8, 4096, 0.05, 8 << 20
 _BUFFER_CHUNKS = 4
 
 
@@ -336,20 +337,40 @@ class Run:
         nodes = self.graph.nodes
         sequential = group.kind == "sequential"
         try:
-            if sequential or isinstance(self.executor, InlineExecutor):
-                size = 1 if sequential else (self.chunk_size or _INLINE_CHUNK)
-                for indices, chunk in _chunked(items, lambda: size):
+            if sequential:
+                for indices, chunk in _chunked(items, lambda: 1):
                     yield self._checked(group, pass_, run_chunk(nodes, spec, whole, indices, chunk))
                 return
-            sizer = _ChunkSizer(self.chunk_size)
+            inline = isinstance(self.executor, InlineExecutor) or not spec.computes
+            sizer = _ChunkSizer(self.chunk_size, _INLINE_MAX_CHUNK if inline else _MAX_CHUNK)
+            if inline:
+                # Also when the pass computes nothing per sample: items need no round trip.
+                for indices, chunk in _chunked(items, sizer.next_size):
+                    result = self._checked(group, pass_, run_chunk(nodes, spec, whole, indices, chunk))
+                    sizer.observe(result, chunk)
+                    del chunk
+                    yield result
+                return
+            # Workers hand back computed columns only; the items stay here.
+            remote = PassSpec(spec.group, spec.number, spec.computes, tuple(w for w in spec.want if w != spec.group))
             key = uuid.uuid4().bytes
             program = self._program()
-            ctx = _pickled_context(spec, whole)
-            tasks = ((key, program, ctx, idx, chunk) for idx, chunk in _chunked(items, sizer.next_size))
-            results = self.executor.map(worker_task, tasks)
+            ctx = _pickled_context(remote, whole)
+            in_flight: deque[list[Any]] = deque()
+
+            def tasks() -> Iterator[tuple[bytes, bytes, bytes, list[int], list[Any]]]:
+                for idx, chunk in _chunked(items, sizer.next_size):
+                    in_flight.append(chunk)
+                    yield key, program, ctx, idx, chunk
+
+            results = self.executor.map(worker_task, tasks())
             try:
                 for result in results:
-                    sizer.observe(len(result.indices), result.seconds)
+                    chunk = in_flight.popleft()
+                    if spec.group in spec.want:
+                        result.columns[spec.group] = chunk
+                    sizer.observe(result, chunk)
+                    del chunk
                     yield self._checked(group, pass_, result)
             finally:
                 close = getattr(results, "close", None)
@@ -444,21 +465,48 @@ def _chunked(items: Iterator[Any], size: Callable[[], int]) -> Iterator[tuple[li
 
 
 class _ChunkSizer:
-    """Grows chunks until one takes about 50 ms, so small samples amortise transport
-    and slow samples still spread over the workers early."""
+    """Chooses how many samples go in the next chunk.
 
-    def __init__(self, fixed: int | None):
+    Chunks start small and double while one takes less than about 50 ms, so tiny samples
+    amortise the per-chunk cost and slow samples still spread over the workers early; a
+    chunk is also kept under about 8 MB (estimated from the first sample of each column),
+    so large samples (decoded media, 1 MB blobs) do not pile up in memory.
+    """
+
+    def __init__(self, fixed: int | None, limit: int):
         self.fixed = fixed
+        self.limit = limit
         self.size = fixed or _MIN_CHUNK
 
     def next_size(self) -> int:
         return self.size
 
-    def observe(self, n: int, seconds: float) -> None:
+    def observe(self, result: ChunkResult, items: list[Any]) -> None:
+        n = len(items)
         if self.fixed or n == 0:
             return
-        if seconds < _TARGET_SECONDS and n >= self.size:
-            self.size = min(self.size * 2, _MAX_CHUNK)
+        per_sample = approx_bytes(items[0]) + sum(
+            approx_bytes(col[0]) for col in result.columns.values() if len(col)
+        )
+        cap = max(1, _TARGET_BYTES // max(per_sample, 1))
+        if result.seconds < _TARGET_SECONDS and n >= self.size:
+            self.size = min(self.size * 2, self.limit)
+        self.size = max(1, min(self.size, cap))
+
+
+def approx_bytes(value: Any) -> int:
+    """A cheap estimate of the memory a value holds (buffers of arrays and tensors included)."""
+    if isinstance(value, (bytes, bytearray, str, memoryview)):
+        return len(value)
+    nbytes = getattr(value, "nbytes", None)  # numpy arrays, torch tensors (torch >= 2.1)
+    if isinstance(nbytes, int):
+        return nbytes
+    if isinstance(value, (list, tuple)) and value:
+        return 56 + len(value) * approx_bytes(value[0])
+    if isinstance(value, dict) and value:
+        k, v = next(iter(value.items()))
+        return 232 + len(value) * (approx_bytes(k) + approx_bytes(v))
+    return sys.getsizeof(value, 64)
 
 
 def _node_error(node: Node, exc: BaseException) -> NodeError:
