@@ -407,3 +407,27 @@ def test_worker_task_is_module_level() -> None:
     import pickle
 
     assert pickle.loads(pickle.dumps(worker_task)) is worker_task
+
+
+def test_parallel_memory_is_bounded_for_large_samples(build: Callable[..., fd.Driver]) -> None:
+    dr = build("""
+    from flowdata import Parallel, Collect
+    def blob(n: int) -> Parallel[bytes]:
+        for i in range(n):
+            yield bytes([i % 256]) * 1_000_000
+    def head(blob: bytes) -> int:
+        return blob[0]
+    def total(head: Collect[int]) -> int:
+        return sum(head)
+    def size(blob: Collect[bytes]) -> int:
+        return sum(len(b) for b in blob)
+    """)
+    tracemalloc.start()
+    try:
+        out = dr.execute(["total", "size"], inputs={"n": 300})
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert out == {"total": sum(i % 256 for i in range(300)), "size": 300_000_000}
+    # Chunks are capped at about 8 MB: a few chunks in flight, not the 300 MB that passed.
+    assert peak < 60_000_000
