@@ -17,6 +17,7 @@ import argparse
 import json
 import sys
 from collections.abc import Sequence
+from types import ModuleType
 from typing import Any
 
 from flowdata.driver import Builder, compile_modules, load_module
@@ -57,8 +58,22 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _load(names: Sequence[str]) -> list[ModuleType]:
+    modules = []
+    for name in names:
+        try:
+            modules.append(load_module(name))
+        except Exception as exc:  # whatever the module raises while importing
+            raise _ModuleLoadError(f"cannot import module {name!r}: {type(exc).__name__}: {exc}") from exc
+    return modules
+
+
+class _ModuleLoadError(Exception):
+    pass
+
+
 def _check(args: argparse.Namespace) -> int:
-    modules = [load_module(m) for m in args.modules]
+    modules = _load(args.modules)
     compiled = compile_modules(modules, _pairs(args.config, "config"))
     problems = compiled.problems
     if args.format == "json":
@@ -72,8 +87,10 @@ def _check(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
-    driver = Builder().with_modules(*args.modules).with_config(_pairs(args.config, "config")).build()
     outputs = [o.strip() for o in args.outputs.split(",") if o.strip()]
+    if not outputs:
+        raise SystemExit("flowdata: --outputs needs at least one node name, e.g. --outputs total,mean")
+    driver = Builder().with_modules(*_load(args.modules)).with_config(_pairs(args.config, "config")).build()
     result = driver.execute(outputs, inputs=_pairs(args.input, "input"), executor=args.executor)
     if args.format == "json":
         print(json.dumps(result, indent=2, default=repr))
@@ -92,8 +109,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except FlowdataError as exc:
         print(f"flowdata: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 1
-    except (ImportError, SyntaxError, OSError) as exc:
-        print(f"flowdata: cannot import module: {type(exc).__name__}: {exc}", file=sys.stderr)
+    except _ModuleLoadError as exc:
+        print(f"flowdata: {exc}", file=sys.stderr)
         return 2
 
 

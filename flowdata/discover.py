@@ -55,17 +55,7 @@ def discover(
                 with _quiet_hamilton():
                     hnodes = _resolve(fn, dict(config))
             except Exception as exc:  # any modifier failure becomes a reported problem
-                file, line = function_location(fn)
-                problems.append(
-                    GraphProblem(
-                        code="FD002",
-                        title="modifier-error",
-                        message=f"function '{fn.__name__}' could not be expanded: {describe(exc)}",
-                        node=fn.__name__,
-                        locations=(f"{file}:{line}",),
-                        fix="check the decorator's arguments against Hamilton's documentation",
-                    )
-                )
+                problems.append(_modifier_problem(fn, exc))
                 continue
             for hn in hnodes:
                 if hn.name in config:
@@ -87,6 +77,22 @@ def discover(
                     continue
                 nodes[node.name] = node
     return tuple(nodes.values()), tuple(problems)
+
+
+def _modifier_problem(fn: Callable[..., Any], exc: Exception) -> GraphProblem:
+    file, line = function_location(fn)
+    fix = "check the decorator's arguments against Hamilton's documentation"
+    if isinstance(exc, KeyError) and exc.args:
+        # Modifiers read config keys; a missing key surfaces as a bare KeyError.
+        fix = f"the decorator reads config key {exc.args[0]!r}: set it with .with_config({{{exc.args[0]!r}: ...}})"
+    return GraphProblem(
+        code="FD002",
+        title="modifier-error",
+        message=f"function '{fn.__name__}' could not be expanded: {describe(exc)}",
+        node=fn.__name__,
+        locations=(f"{file}:{line}",),
+        fix=fix,
+    )
 
 
 def _resolve(fn: Callable[..., Any], config: dict[str, Any]) -> Any:
@@ -198,7 +204,7 @@ def _to_node(hn: Any, fn: Callable[..., Any]) -> tuple[Node, list[GraphProblem]]
             problems.append(
                 _misplaced(hn.name, f"{file}:{line}", f"{pkind.capitalize()}[...] on parameter '{pname}'")
             )
-            pkind, inner = None, ptype
+            pkind, inner = None, Any  # reported once, here; no follow-on type errors
         params.append(
             Param(
                 name=pname,

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import difflib
 import functools
 import importlib
 import importlib.util
 import os
 import sys
+import warnings
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType, ModuleType
@@ -21,7 +23,11 @@ from flowdata.node import Node, Role
 from flowdata.plan import Analysis, Plan, analyze, make_plan
 from flowdata.typecheck import check_edges
 
-__all__ = ["Builder", "Driver", "compile_modules", "load_module"]
+__all__ = ["Builder", "Driver", "UnreadInputWarning", "compile_modules", "load_module"]
+
+
+class UnreadInputWarning(UserWarning):
+    """An ``inputs=`` key that no node reads (often a typo: the default was used instead)."""
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -157,6 +163,21 @@ class Driver:
         # Config entries are inputs too, as in Hamilton.
         return {**self.config, **(inputs or {}), **(overrides or {})}
 
+    def _warn_unread(self, inputs: Mapping[str, Any]) -> None:
+        """Warns about inputs no node reads: usually a misspelt name whose default was used."""
+        unread = [k for k in inputs if k not in self.graph.inputs and k not in self.graph.nodes]
+        if not unread:
+            return
+        hints = []
+        for k in unread:
+            close = difflib.get_close_matches(k, list(self.graph.inputs), n=1)
+            hints.append(f"'{k}'" + (f" (did you mean '{close[0]}'?)" if close else ""))
+        warnings.warn(
+            f"input{'s' if len(unread) > 1 else ''} {', '.join(hints)} not read by any node",
+            UnreadInputWarning,
+            stacklevel=4,
+        )
+
     @_public
     def plan(
         self,
@@ -194,6 +215,7 @@ class Driver:
             NodeError: a once or Collect node raised.
         """
         values = self._values(inputs, overrides)
+        self._warn_unread(inputs or {})
         plan = make_plan(
             self.graph, self.analysis, outputs, set(values), tuple(overrides or ()), allow_per_sample=False
         )
@@ -238,8 +260,14 @@ class Driver:
         plan = make_plan(self.graph, self.analysis, outputs, supplied, allow_per_sample=True)
         if not_per_sample or not plan.groups:
             raise InputError(
-                f"run_sample() runs per-sample nodes; {', '.join(repr(o) for o in not_per_sample)} "
-                "are whole values\n  fix: use execute() for once and Collect nodes"
+                "run_sample() runs per-sample nodes, but "
+                + (
+                    f"{', '.join(repr(o) for o in not_per_sample)} "
+                    + ("is a whole value" if len(not_per_sample) == 1 else "are whole values")
+                    if not_per_sample
+                    else "nothing asked for is per-sample"
+                )
+                + "\n  fix: use execute() for once and Collect nodes"
             )
         group = plan.group(self.analysis.group_of[outputs[0]])
         pass_ = next(p for p in group.passes if p.outputs)

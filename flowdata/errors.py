@@ -157,7 +157,8 @@ class SampleError(NodeError):
             f"node '{node}' ({location}) failed on sample {index} of group '{group}' "
             f"(pass {pass_}, worker {worker}): {detail}\n"
             f"    item: {item}\n"
-            f"    fix: reproduce it alone with driver.run_sample(['{node}'], index={index})",
+            f"    fix: reproduce it alone with driver.run_sample(['{node}'], index={index}, "
+            "inputs=<the same inputs>)",
         )
         self.node = node
         self.location = location

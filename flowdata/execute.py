@@ -291,7 +291,7 @@ class Run:
                 f"a source must return an iterable of samples, got {type(items).__name__}; "
                 "fix: 'yield' the items or return a list",
             )
-        return iter(items), cleanup
+        return _guarded(iter(items), node), cleanup
 
     def _feed_from(
         self, closed: str, source: Node, kwargs: dict[str, Any]
@@ -423,6 +423,27 @@ class Run:
         spec = PassSpec(group.source, pass_.number, pass_.computes, pass_.outputs)
         result = self._checked(group, pass_, run_chunk(self.graph.nodes, spec, whole, [index], [item]))
         return {o: result.columns[o][0] for o in pass_.outputs}
+
+
+def _guarded(items: Iterator[Any], source: Node) -> Iterator[Any]:
+    """The source's items; an error raised while producing one is the source's error."""
+    index = 0
+    try:
+        while True:
+            try:
+                item = next(items)
+            except StopIteration:
+                return
+            except Exception as exc:
+                raise NodeError(
+                    source.name, source.location, f"{describe(exc)} (while producing sample {index})"
+                ) from exc.with_traceback(user_traceback(exc.__traceback__))
+            yield item
+            index += 1
+    finally:
+        close = getattr(items, "close", None)
+        if close is not None:
+            close()
 
 
 def _pickled_context(spec: PassSpec, whole: Mapping[str, Any]) -> bytes:

@@ -167,7 +167,7 @@ def analyze(graph: Graph) -> Analysis:
             problems.append(_problem(
                 "FD207", "builtin-outside-group", node,
                 f"'{name}' reads {', '.join(repr(b) for b in uses_builtin)}, which exists only "
-                "per sample, but '{name}' reads no per-sample value",
+                f"per sample, but '{name}' reads no per-sample value",
                 "read a value of the group too, or drop the parameter",
             ))
     return Analysis(
@@ -316,7 +316,7 @@ def make_plan(
         name for name, spec in graph.inputs.items() if any(n.name in needed for n, _ in spec.readers)
     )
     once = tuple(n for n in order if analysis.roles[n] is Role.ONCE)
-    levels = _Levels(graph, analysis)
+    levels = _Levels(graph, analysis, overrides)
     groups = []
     for source in (n for n in order if analysis.roles[n] is Role.SOURCE):
         groups.append(_group_plan(graph, analysis, levels, source, order, outputs))
@@ -338,6 +338,12 @@ def _check_outputs(
     allow_per_sample: bool,
 ) -> None:
     unknown = [o for o in outputs if o not in graph.nodes and o not in inputs]
+    as_input = [o for o in unknown if o in graph.inputs]
+    if as_input:
+        raise InputError(
+            f"'{as_input[0]}' is an input of the graph, not a node: nothing computes it\n"
+            f"  fix: pass it in inputs={{'{as_input[0]}': ...}} to get it back, or ask for a node"
+        )
     if unknown:
         import difflib
 
@@ -394,9 +400,10 @@ def _needed(graph: Graph, outputs: tuple[str, ...], overrides: Collection[str]) 
 class _Levels:
     """Pass levels, memoised. A helper of make_plan, not part of the plan."""
 
-    def __init__(self, graph: Graph, analysis: Analysis):
+    def __init__(self, graph: Graph, analysis: Analysis, overrides: Collection[str] = ()):
         self.graph = graph
         self.analysis = analysis
+        self.overrides = frozenset(overrides)
         self._level: dict[str, int] = {}
         self._after: dict[tuple[str, str], int] = {}
 
@@ -426,8 +433,8 @@ class _Levels:
         if key not in self._after:
             an = self.analysis
             role = an.roles.get(name)
-            if role is None:
-                result = 0  # an input
+            if role is None or name in self.overrides:
+                result = 0  # an input, or a value the caller supplied
             elif (role is Role.COLLECT and an.group_of[name] == group) or an.closes.get(name) == group:
                 result = self.level(name)
             else:

@@ -97,4 +97,17 @@ def test_module_with_syntax_error(tmp_path: Path, capsys: pytest.CaptureFixture[
     broken = tmp_path / "broken_flow.py"
     broken.write_text("def a(x: int) -> int\n    return x\n")
     assert main(["check", str(broken)]) == 2
-    assert "cannot import module: SyntaxError" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "cannot import module" in err and "broken_flow.py': SyntaxError" in err
+
+
+def test_module_raising_at_import(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    mod = tmp_path / "raises_flow.py"
+    mod.write_text("raise RuntimeError('no config file')\n")
+    assert main(["check", str(mod)]) == 2
+    assert "raises_flow.py': RuntimeError: no config file" in capsys.readouterr().err
+
+
+def test_empty_outputs() -> None:
+    with pytest.raises(SystemExit, match=r"--outputs needs at least one node name"):
+        main(["run", "flowdata_modules.example", "--outputs", ","])

@@ -244,7 +244,7 @@ def test_run_sample(make_module: Callable[[str], Any]) -> None:
     assert dr.run_sample(["centered"], index=2, inputs={"n": 10}) == {"centered": pytest.approx(5 - mean)}
     with pytest.raises(fd.InputError, match=r"source 'item' has no sample 50: it ended before it"):
         dr.run_sample(["square"], index=50, inputs={"n": 10})
-    with pytest.raises(fd.InputError, match=r"run_sample\(\) runs per-sample nodes; 'total' are whole values"):
+    with pytest.raises(fd.InputError, match=r"run_sample\(\) runs per-sample nodes, but 'total' is a whole value"):
         dr.run_sample(["total"], inputs={"n": 10})
 
 
@@ -288,7 +288,7 @@ def test_sample_error_names_node_sample_and_group(make_module: Callable[[str], A
     pattern = (
         r"node 'decoded' \(.*:6\) failed on sample 13 of group 'item' \(pass 1, worker (main|pid \d+)\): "
         r"ValueError: corrupt header\n    item: 'file-13.wav'\n"
-        r"    fix: reproduce it alone with driver.run_sample\(\['decoded'\], index=13\)"
+        r"    fix: reproduce it alone with driver.run_sample\(\['decoded'\], index=13, inputs=<the same inputs>\)"
     )
     with pytest.raises(fd.SampleError, match=pattern) as info:
         dr.execute(["total"], inputs={"n": 40}, executor=executor, chunk_size=5)
@@ -431,3 +431,48 @@ def test_parallel_memory_is_bounded_for_large_samples(build: Callable[..., fd.Dr
     assert out == {"total": sum(i % 256 for i in range(300)), "size": 300_000_000}
     # Chunks are capped at about 8 MB: a few chunks in flight, not the 300 MB that passed.
     assert peak < 60_000_000
+
+
+def test_error_in_source_is_the_sources_error(build: Callable[..., fd.Driver]) -> None:
+    dr = build("""
+    from flowdata import Parallel, Collect
+    def item(n: int) -> Parallel[int]:
+        for i in range(n):
+            if i == 4:
+                raise OSError("disk gone")
+            yield i
+    def total(item: Collect[int]) -> int:
+        return sum(item)
+    """)
+    with pytest.raises(fd.NodeError, match=r"node 'item' \(.*:3\) failed: OSError: disk gone \(while producing sample 4\)") as info:
+        dr.execute(["total"], inputs={"n": 10})
+    frames = traceback.extract_tb(info.value.__cause__.__traceback__)
+    assert [f.name for f in frames] == ["item"]
+
+
+def test_input_asked_as_output(build: Callable[..., fd.Driver]) -> None:
+    dr = build("""
+    def a(x: int, seed: int = 3) -> int:
+        return x + seed
+    """)
+    with pytest.raises(fd.InputError, match=r"'seed' is an input of the graph, not a node"):
+        dr.execute(["seed"], inputs={"x": 1})
+    assert dr.execute(["seed", "a"], inputs={"x": 1, "seed": 5}) == {"seed": 5, "a": 6}
+
+
+def test_overridden_statistics_need_no_extra_pass(make_module: Callable[[str], Any]) -> None:
+    m = make_module(COUNTING)
+    dr = fd.Builder().with_modules(m).build()
+    plan = dr.plan(["centered_sum"], inputs=["n"], overrides={"mean": 0.0})
+    assert [p.number for p in plan.group("item").passes] == [1]
+    assert dr.execute(["centered_sum"], inputs={"n": 3}, overrides={"mean": 0.0}) == {"centered_sum": 1 + 2 + 5}
+    assert m.CALLS["square"] == 3
+
+
+def test_unread_input_warns_with_a_suggestion(build: Callable[..., fd.Driver]) -> None:
+    dr = build("""
+    def a(x: int, scale: int = 1) -> int:
+        return x * scale
+    """)
+    with pytest.warns(UserWarning, match=r"input 'scal' \(did you mean 'scale'\?\) not read by any node"):
+        assert dr.execute(["a"], inputs={"x": 2, "scal": 10}) == {"a": 2}

@@ -163,13 +163,15 @@ def test_cycle_path_printed(build: object) -> None:
 def test_misplaced_markers(build: object) -> None:
     src = f"""
     from flowdata import Parallel, Collect
+    def x(n: int) -> Parallel[int]:
+        {BOOM}
     def a(x: Parallel[int]) -> int:
         {BOOM}
     def b(y: int) -> Collect[int]:
         {BOOM}
     """
     problems = _problems(build, src)
-    assert [p.code for p in problems] == ["FD003", "FD003"]
+    assert [p.code for p in problems] == ["FD003", "FD003"]  # one problem each, no follow-on errors
     assert "Parallel[...] on parameter 'x'" in problems[0].message
 
 
@@ -208,8 +210,9 @@ def test_modifier_error_is_a_problem_not_a_crash(build: object) -> None:
         return {}
     """
     # @resolve needs Hamilton's power-user mode: the failure happens while expanding, at build.
-    with pytest.raises(fd.GraphError, match=r"FD002 modifier-error: function 'fields' could not be expanded: \w+"):
+    with pytest.raises(fd.GraphError, match=r"FD002 modifier-error: function 'fields' could not be expanded: \w+") as info:
         build(src)  # type: ignore[operator]
+    assert "with_config" in info.value.problems[0].fix
 
 
 def test_collect_returning_parallel_is_allowed(build: object) -> None:
