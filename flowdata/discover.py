@@ -29,7 +29,7 @@ from flowdata.errors import GraphProblem, describe
 from flowdata.node import NO_DEFAULT, Node, Param
 from flowdata.types import MarkerKind, read_marker
 
-__all__ = ["Program", "discover", "function_location", "load_program", "program_of"]
+__all__ = ["Program", "discover", "function_location", "import_file", "load_program", "program_of"]
 
 
 def discover(
@@ -291,9 +291,14 @@ def _import(name: str, file: str | None) -> ModuleType:
     except ImportError:
         if file is None:
             raise
-    spec = importlib.util.spec_from_file_location(name, file)
+    return import_file(name, file)
+
+
+def import_file(name: str, path: str) -> ModuleType:
+    """Imports the ``.py`` file at ``path`` as module ``name`` (registered in sys.modules)."""
+    spec = importlib.util.spec_from_file_location(name, path)
     if spec is None or spec.loader is None:
-        raise ImportError(f"cannot load module {name!r} from {file!r}")
+        raise ImportError(f"cannot load module {name!r} from {path!r}: not a Python file")
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module
     spec.loader.exec_module(module)

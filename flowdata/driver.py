@@ -5,7 +5,6 @@ from __future__ import annotations
 import difflib
 import functools
 import importlib
-import importlib.util
 import os
 import sys
 import warnings
@@ -14,7 +13,7 @@ from dataclasses import dataclass
 from types import MappingProxyType, ModuleType
 from typing import Any, ParamSpec, TypeVar
 
-from flowdata.discover import Program, discover, program_of
+from flowdata.discover import Program, discover, import_file, program_of
 from flowdata.errors import FlowdataError, GraphError, GraphProblem, InputError
 from flowdata.executors import resolve_executor
 from flowdata.execute import Run
@@ -93,13 +92,7 @@ def load_module(ref: ModuleType | str) -> ModuleType:
         name = os.path.splitext(os.path.basename(path))[0]
         if name in sys.modules and getattr(sys.modules[name], "__file__", None) == path:
             return sys.modules[name]
-        spec = importlib.util.spec_from_file_location(name, path)
-        if spec is None or spec.loader is None:
-            raise InputError(f"cannot load module from {ref!r}\n  fix: give a path to a .py file")
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
-        return module
+        return import_file(name, path)
     return importlib.import_module(ref)
 
 

@@ -7,7 +7,7 @@ A :class:`Graph` is immutable. Names a node reads that no node produces are *inp
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
@@ -79,8 +79,11 @@ class Graph:
             return ()
         return tuple(p.name for p in node.params if p.name in self.nodes)
 
-    def ancestors(self, names: Iterable[str]) -> frozenset[str]:
-        """``names`` and every node they depend on, transitively (inputs left out)."""
+    def ancestors(self, names: Iterable[str], stop: Collection[str] = ()) -> frozenset[str]:
+        """``names`` and every node they depend on, transitively (inputs left out).
+
+        The walk does not go past names in ``stop`` (they are included, their upstream not).
+        """
         seen: set[str] = set()
         stack = [n for n in names if n in self.nodes]
         while stack:
@@ -88,7 +91,8 @@ class Graph:
             if n in seen:
                 continue
             seen.add(n)
-            stack.extend(d for d in self.deps(n) if d not in seen)
+            if n not in stop:
+                stack.extend(d for d in self.deps(n) if d not in seen)
         return frozenset(seen)
 
     def cycles(self) -> list[list[str]]:

@@ -384,17 +384,7 @@ def _check_outputs(
 
 
 def _needed(graph: Graph, outputs: tuple[str, ...], overrides: Collection[str]) -> frozenset[str]:
-    seen: set[str] = set()
-    stack = [o for o in outputs if o in graph.nodes]
-    while stack:
-        n = stack.pop()
-        if n in seen:
-            continue
-        seen.add(n)
-        if n in overrides:
-            continue
-        stack.extend(d for d in graph.deps(n) if d not in seen)
-    return frozenset(seen - set(overrides))
+    return graph.ancestors(outputs, stop=overrides) - set(overrides)
 
 
 class _Levels:
