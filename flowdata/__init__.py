@@ -13,6 +13,7 @@ from flowdata.driver import Builder, Driver
 from flowdata.errors import FlowdataError, GraphError, GraphProblem, InputError, NodeError, SampleError
 from flowdata.executors import Executor, InlineExecutor, ProcessExecutor
 from flowdata.plan import Plan
+from flowdata.reduce import reduce
 from flowdata.types import Collect, Parallel, Sequential
 
 __all__ = [
@@ -31,6 +32,7 @@ __all__ = [
     "ProcessExecutor",
     "SampleError",
     "Sequential",
+    "reduce",
 ]
 
 __version__ = "0.1.0"

@@ -24,9 +24,36 @@ from typing import Any
 
 from flowdata.errors import describe, short_repr, user_traceback
 from flowdata.node import Node
+from flowdata.reduce import BLOCK, ReduceSpec, fold_values
 from flowdata.sample import make_rng
 
-__all__ = ["PassSpec", "ChunkResult", "Failure", "run_chunk", "worker_task"]
+__all__ = ["ChunkResult", "Failure", "FoldSpec", "PassSpec", "block_span", "run_chunk", "worker_task"]
+
+
+@dataclass(frozen=True)
+class FoldSpec:
+    """A reduction fed by a pass: which column it folds and how to make its reducer.
+
+    Attributes:
+        node: The reduction node.
+        column: The per-sample node (or source) whose values it folds.
+        reducer: The ``@reduce`` declaration.
+        options: Whole-valued parameters of the node, passed to the reducer's constructor.
+    """
+
+    node: str
+    column: str
+    reducer: ReduceSpec
+    options: Mapping[str, Any]
+
+    def fresh(self) -> Any:
+        """A new, empty reducer."""
+        return self.reducer.make(**self.options)
+
+
+def block_span(start: int, stop: int) -> range:
+    """The fold blocks lying wholly inside sample indices ``[start, stop)``."""
+    return range(-(-start // BLOCK), stop // BLOCK)
 
 
 @dataclass(frozen=True)
@@ -40,6 +67,7 @@ class PassSpec:
         want: Columns to hand back (collected values and outputs).
         seed: Seed for ``sample_rng``.
         epoch: Epoch for ``sample_rng``.
+        folds: Reductions folded where the samples are computed.
     """
 
     group: str
@@ -48,6 +76,7 @@ class PassSpec:
     want: tuple[str, ...]
     seed: int = 0
     epoch: int = 0
+    folds: tuple[FoldSpec, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -61,18 +90,25 @@ class Failure:
     detail: str
     error: BaseException | None
     traceback_text: str
+    reduction: bool = False
 
 
 @dataclass
 class ChunkResult:
-    """The wanted columns of a chunk, or the failure that stopped it."""
+    """The wanted columns of a chunk, or the failure that stopped it.
+
+    For each reduction, ``folds`` holds one reducer per fold block lying wholly in the
+    chunk, and ``loose`` the values of the samples outside those blocks (the main
+    process completes those blocks, so the arithmetic never depends on chunking).
+    """
 
     indices: Sequence[int]
     columns: dict[str, list[Any]]
     failure: Failure | None = None
     seconds: float = 0.0
     worker: str = "main"
-    calls: dict[str, int] = field(default_factory=dict)
+    folds: dict[str, list[tuple[int, Any]]] = field(default_factory=dict)
+    loose: dict[str, list[Any]] = field(default_factory=dict)
 
 
 def _call_kw(fn: Callable[..., Any], names: tuple[str, ...], values: tuple[Any, ...]) -> Any:
@@ -135,13 +171,45 @@ def run_chunk(
             )
             return ChunkResult(indices, {}, failure, time.perf_counter() - t0, worker)
         cols[name] = out
-    return ChunkResult(
+    result = ChunkResult(
         indices,
         {w: list(cols[w]) if w == spec.group else cols[w] for w in spec.want},  # type: ignore[misc]
         None,
-        time.perf_counter() - t0,
+        0.0,
         worker,
     )
+    if spec.folds and n:
+        _fold(spec, cols, indices, result)
+    result.seconds = time.perf_counter() - t0
+    return result
+
+
+def _fold(spec: PassSpec, cols: Mapping[str, Sequence[Any]], indices: Sequence[int], result: ChunkResult) -> None:
+    start = indices[0]
+    blocks = block_span(start, start + len(indices))
+    lo, hi = (blocks.start * BLOCK - start, blocks.stop * BLOCK - start) if blocks else (0, 0)
+    for fold in spec.folds:
+        values = cols[fold.column]
+        states = []
+        for b in blocks:
+            a = b * BLOCK - start
+            try:
+                states.append((b, fold_values(fold.fresh(), values[a : a + BLOCK])))
+            except Exception as exc:
+                exc.__traceback__ = user_traceback(exc.__traceback__)
+                result.failure = Failure(
+                    node=fold.node,
+                    location="",
+                    index=b * BLOCK,
+                    item=f"samples {b * BLOCK}..{b * BLOCK + BLOCK - 1}",
+                    detail=describe(exc),
+                    error=exc,
+                    traceback_text="".join(traceback.format_exception(type(exc), exc, exc.__traceback__)),
+                    reduction=True,
+                )
+                return
+        result.folds[fold.node] = states
+        result.loose[fold.node] = [*values[:lo], *values[hi:]] if blocks else list(values)
 
 
 # --- worker side -------------------------------------------------------------------------

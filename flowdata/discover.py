@@ -27,6 +27,7 @@ from typing import Any, get_args, get_origin
 
 from flowdata.errors import GraphProblem, describe
 from flowdata.node import NO_DEFAULT, Node, Param
+from flowdata.reduce import reduce_spec
 from flowdata.types import MarkerKind, read_marker
 
 __all__ = ["Program", "discover", "function_location", "import_file", "load_program", "program_of"]
@@ -227,6 +228,8 @@ def _to_node(hn: Any, fn: Callable[..., Any]) -> tuple[Node, list[GraphProblem]]
         tags=MappingProxyType(dict(hn.tags)),
         doc=hn.documentation,
         positional_call=_positional(callable_, [p.name for p in params]),
+        reducer=reduce_spec(origin),
+        origin=origin,
     )
     return node, problems
 

@@ -20,7 +20,7 @@ from flowdata.execute import Run
 from flowdata.graph import Graph
 from flowdata.node import Node, Role
 from flowdata.plan import Analysis, Plan, analyze, make_plan
-from flowdata.typecheck import check_edges
+from flowdata.typecheck import check_edges, check_reductions
 
 __all__ = ["Builder", "Driver", "UnreadInputWarning", "compile_modules", "load_module"]
 
@@ -80,6 +80,7 @@ def compile_modules(modules: Sequence[ModuleType], config: Mapping[str, Any]) ->
         analysis = analyze(graph)
         found.extend(analysis.problems)
         found.extend(check_edges(graph, analysis.per_sample))
+    found.extend(check_reductions(graph))
     return Compiled(graph, analysis, tuple(found))
 
 
@@ -209,9 +210,9 @@ class Driver:
         """
         values = self._values(inputs, overrides)
         self._warn_unread(inputs or {})
-        plan = make_plan(
-            self.graph, self.analysis, outputs, set(values), tuple(overrides or ()), allow_per_sample=False
-        )
+        # An input named like a node replaces that node, exactly as an override does.
+        replaced = tuple(dict.fromkeys([*(overrides or ()), *(k for k in inputs or () if k in self.graph.nodes)]))
+        plan = make_plan(self.graph, self.analysis, outputs, set(values), replaced, allow_per_sample=False)
         ex, owned = resolve_executor(executor)
         try:
             run = Run(self.graph, self.analysis, self.program, plan, values, ex, chunk_size)
@@ -245,12 +246,18 @@ class Driver:
         outputs = tuple(outputs)
         values = self._values(inputs, None)
         not_per_sample = [o for o in outputs if o in self.graph.nodes and not self.analysis.per_sample(o)]
-        supplied = set(values)
+        plan = None
         if item is not _MISSING and outputs and not not_per_sample and outputs[0] in self.graph.nodes:
-            # With the item given, the source is not called: its inputs are not needed.
+            # With the item given, the source is not called for this sample: unless an
+            # earlier pass needs it, its inputs are not needed.
             source = self.graph.nodes[self.analysis.group_of[outputs[0]]]
-            supplied |= {p.name for p in source.params}
-        plan = make_plan(self.graph, self.analysis, outputs, supplied, allow_per_sample=True)
+            plan = make_plan(
+                self.graph, self.analysis, outputs, set(values) | {p.name for p in source.params}, allow_per_sample=True
+            )
+            if len(plan.group(source.name).passes) > 1:
+                plan = None
+        if plan is None:
+            plan = make_plan(self.graph, self.analysis, outputs, set(values), allow_per_sample=True)
         if not_per_sample or not plan.groups:
             raise InputError(
                 "run_sample() runs per-sample nodes, but "

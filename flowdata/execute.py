@@ -33,6 +33,9 @@ its own group runs a pass, the closed group's pass is run as a stream feeding it
 
 from __future__ import annotations
 
+import dataclasses
+import functools
+import logging
 import pickle
 import sys
 import threading
@@ -42,15 +45,20 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from itertools import islice
 from typing import Any
 
-from flowdata.chunk import ChunkResult, PassSpec, run_chunk, worker_task
+from flowdata.cache import PassCache, digest, fingerprint_items, source_text
+from flowdata.chunk import ChunkResult, FoldSpec, PassSpec, run_chunk, worker_task
 from flowdata.discover import Program
 from flowdata.errors import FlowdataError, InputError, NodeError, SampleError, describe, user_traceback
 from flowdata.executors import Executor, InlineExecutor
+from flowdata.fold import Folder
+from flowdata.reduce import BLOCK
 from flowdata.graph import Graph
 from flowdata.node import Node, Role
 from flowdata.plan import Analysis, GroupPlan, PassPlan, Plan
 
 __all__ = ["Run"]
+
+_log = logging.getLogger("flowdata")
 
 _INLINE_MAX_CHUNK = 512
 _MIN_CHUNK, _MAX_CHUNK, _TARGET_SECONDS, _TARGET_BYTES = 8, 4096, 0.05, 8 << 20
@@ -182,7 +190,8 @@ class Run:
         plan: What the call computes.
         values: Inputs and overrides supplied by the caller.
         executor: Where Parallel chunks run.
-        chunk_size: Fixed samples per chunk, or None to adapt (processes) / 512 (inline).
+        chunk_size: Fixed samples per chunk, or None to adapt.
+        cache: Where reduction results are kept between calls, or None.
     """
 
     def __init__(
@@ -194,6 +203,7 @@ class Run:
         values: Mapping[str, Any],
         executor: Executor,
         chunk_size: int | None = None,
+        cache: PassCache | None = None,
     ):
         self.graph = graph
         self.analysis = analysis
@@ -204,6 +214,9 @@ class Run:
         self.chunk_size = chunk_size
         self._lock = threading.RLock()
         self._program_bytes: bytes | None = None
+        self.cache = cache
+        self._reducers: dict[str, Any] = {}
+        self._keys: dict[tuple[str, int], str] = {}
 
     # --- whole values ---------------------------------------------------------------------
 
@@ -241,32 +254,126 @@ class Run:
     # --- passes ---------------------------------------------------------------------------
 
     def _run_pass(self, group: GroupPlan, pass_: PassPlan) -> None:
-        consumers = [
-            self.graph.nodes[c]
-            for c in pass_.feeds
-            if c not in self.values and self.analysis.roles[c] is Role.COLLECT
-        ]
-        if not consumers:
+        plain, folds = self._consumers(pass_)
+        if self.cache is not None and folds:
+            folds = self._from_cache(group, pass_, folds)
+        if not plain and not folds:
             return
-        args = [self._whole_args(c, skip_collect=True) for c in consumers]
-        tee = _Tee(self._chunks(group, pass_), readers=len(consumers))
-        results = _run_consumers(consumers, args, tee)
-        for node, result in zip(consumers, results, strict=True):
-            self.values[node.name] = result
+        tee = _Tee(self._chunks(group, pass_, plain, folds), readers=len(plain) + (1 if folds else 0))
+        results = _run_jobs(self._jobs(plain, folds), tee)
+        self._keep(plain, folds, results)
+        if self.cache is not None and folds:
+            self._to_cache(group, pass_, folds)
 
-    def _chunks(self, group: GroupPlan, pass_: PassPlan, want: Sequence[str] = ()) -> Iterator[ChunkResult]:
+    def _consumers(self, pass_: PassPlan, exclude: str = "") -> tuple[list[Node], list[FoldSpec]]:
+        """The Collect nodes a pass still has to feed: plain ones, and reductions."""
+        plain: list[Node] = []
+        folds: list[FoldSpec] = []
+        for c in pass_.feeds:
+            if c == exclude or c in self.values or self.analysis.roles[c] is not Role.COLLECT:
+                continue
+            node = self.graph.nodes[c]
+            if node.reducer is None:
+                plain.append(node)
+            else:
+                options = self._whole_args(node, skip_collect=True)
+                folds.append(FoldSpec(c, node.collect_params[0].name, node.reducer, options))
+        return plain, folds
+
+    def _jobs(self, plain: Sequence[Node], folds: Sequence[FoldSpec]) -> list[Callable[[_Tee, int], Any]]:
+        jobs: list[Callable[[_Tee, int], Any]] = [
+            functools.partial(_call_collect, node, self._whole_args(node, skip_collect=True)) for node in plain
+        ]
+        if folds:
+            jobs.append(functools.partial(_reduce_all, [Folder(f) for f in folds]))
+        return jobs
+
+    def _keep(self, plain: Sequence[Node], folds: Sequence[FoldSpec], results: Sequence[Any]) -> None:
+        for node, result in zip(plain, results, strict=False):
+            self.values[node.name] = result
+        if folds:
+            reducers: dict[str, Any] = results[-1]
+            for f in folds:
+                self._reducers[f.node] = reducers[f.node]
+                self.values[f.node] = _result_of(self.graph.nodes[f.node], reducers[f.node])
+
+    def _chunks(
+        self, group: GroupPlan, pass_: PassPlan, plain: Sequence[Node], folds: Sequence[FoldSpec] = ()
+    ) -> Iterator[ChunkResult]:
         """Eagerly computes what the pass reads, then returns the lazy stream of its chunks."""
-        whole = {n: self.value(n) for n in pass_.needs if n in self.graph.nodes or n in self.values}
+        whole = self._pass_whole(pass_)
         wanted = tuple(
-            dict.fromkeys(
-                [p.name for c in pass_.feeds for p in self.graph.nodes[c].params if p.collect]
-                + list(pass_.outputs)
-                + list(want)
-            )
+            dict.fromkeys([p.name for c in plain for p in c.collect_params] + list(pass_.outputs))
         )
-        spec = PassSpec(group.source, pass_.number, pass_.computes, wanted)
+        spec = PassSpec(group.source, pass_.number, pass_.computes, wanted, folds=tuple(folds))
         items, cleanup = self._open_source(group, whole)
         return self._stream(group, pass_, spec, whole, items, cleanup)
+
+    def _pass_whole(self, pass_: PassPlan) -> dict[str, Any]:
+        return {n: self.value(n) for n in pass_.needs if n in self.graph.nodes or n in self.values}
+
+    # --- the pass cache ---------------------------------------------------------------------
+
+    def _cache_key(self, group: GroupPlan, pass_: PassPlan, folds: Sequence[FoldSpec]) -> str | None:
+        """The key of a pass's reductions, or None when the pass cannot be cached."""
+        source = self.graph.nodes[group.source]
+        if group.kind == "sequential" or self.analysis.closes.get(group.source):
+            return None  # endless streams and sources fed by another group are not fingerprinted
+        if self._keys.get((group.source, pass_.number)) is None:
+            whole = self._pass_whole(pass_)
+            items, cleanup = self._open_source(group, whole)
+            try:
+                items_digest, count = fingerprint_items(items)
+            finally:
+                close = getattr(items, "close", None)
+                if close is not None:
+                    close()
+                cleanup()
+            code = [source_text(self.graph.nodes[n].origin) for n in (group.source, *pass_.computes)]
+            self._keys[(group.source, pass_.number)] = digest(
+                ["flowdata-pass", 1, group.source, pass_.number, items_digest, count, code,
+                 sorted(whole.items()), sorted(self.program.config.items(), key=repr)]
+            )
+        base = self._keys[(group.source, pass_.number)]
+        parts = [
+            (f.node, f.column, source_text(self.graph.nodes[f.node].origin),
+             f"{f.reducer.cls.__module__}.{f.reducer.cls.__qualname__}", sorted(f.reducer.options.items()),
+             sorted(f.options.items()))
+            for f in folds
+        ]
+        return digest([base, parts])
+
+    def _from_cache(self, group: GroupPlan, pass_: PassPlan, folds: list[FoldSpec]) -> list[FoldSpec]:
+        """Loads the reductions of a pass from the cache; returns those still to compute."""
+        assert self.cache is not None
+        key = self._cache_key(group, pass_, folds)
+        if key is None:
+            return folds
+        states = self.cache.load(key, [f.node for f in folds])
+        if states is None:
+            return folds
+        for f in folds:
+            restore = getattr(f.reducer.cls, "from_state_dict", None)
+            if restore is None:
+                return folds
+            reducer = restore(states[f.node])
+            self._reducers[f.node] = reducer
+            self.values[f.node] = _result_of(self.graph.nodes[f.node], reducer)
+        _log.info(
+            "pass %d of group '%s' skipped: %s loaded from the cache (key %s)",
+            pass_.number, group.source, ", ".join(f.node for f in folds), key[:12],
+        )
+        return []
+
+    def _to_cache(self, group: GroupPlan, pass_: PassPlan, folds: list[FoldSpec]) -> None:
+        assert self.cache is not None
+        key = self._cache_key(group, pass_, folds)
+        if key is None or any(not hasattr(f.reducer.cls, "from_state_dict") for f in folds):
+            return
+        states = {f.node: self._reducers[f.node].state_dict() for f in folds}
+        entry = self.cache.store(key, states, {"group": group.source, "pass": pass_.number})
+        _log.info("pass %d of group '%s': %s stored in the cache at %s", pass_.number, group.source,
+                  ", ".join(f.node for f in folds), entry)
 
     def _open_source(
         self, group: GroupPlan, whole: Mapping[str, Any]
@@ -302,16 +409,10 @@ class Run:
         """
         group = self.plan.group(closed)
         pass_ = group.pass_of(source.name)
-        others = [
-            self.graph.nodes[c]
-            for c in pass_.feeds
-            if c != source.name and c not in self.values and self.analysis.roles[c] is Role.COLLECT
-        ]
-        other_args = [self._whole_args(c, skip_collect=True) for c in others]
-        tee = _Tee(self._chunks(group, pass_), readers=1 + len(others))
-        threads = [
-            _ConsumerThread(node, a, tee, i + 1, self.values) for i, (node, a) in enumerate(zip(others, other_args))
-        ]
+        plain, folds = self._consumers(pass_, exclude=source.name)
+        jobs = self._jobs(plain, folds)
+        tee = _Tee(self._chunks(group, pass_, [source, *plain], folds), readers=1 + len(jobs))
+        threads = [_JobThread(job, tee, i + 1) for i, job in enumerate(jobs)]
         for t in threads:
             t.start()
         kwargs = {**kwargs, **_collect_iterables(source, tee, 0)}
@@ -322,6 +423,7 @@ class Run:
                 t.join()
             for t in threads:
                 t.reraise()
+            self._keep(plain, folds, [t.result for t in threads])
 
         return kwargs, cleanup
 
@@ -342,7 +444,9 @@ class Run:
                     yield self._checked(group, pass_, run_chunk(nodes, spec, whole, indices, chunk))
                 return
             inline = isinstance(self.executor, InlineExecutor) or not spec.computes
-            sizer = _ChunkSizer(self.chunk_size, _INLINE_MAX_CHUNK if inline else _MAX_CHUNK)
+            sizer = _ChunkSizer(
+                self.chunk_size, _INLINE_MAX_CHUNK if inline else _MAX_CHUNK, BLOCK if spec.folds else 1
+            )
             if inline:
                 # Also when the pass computes nothing per sample: items need no round trip.
                 for indices, chunk in _chunked(items, sizer.next_size):
@@ -352,7 +456,7 @@ class Run:
                     yield result
                 return
             # Workers hand back computed columns only; the items stay here.
-            remote = PassSpec(spec.group, spec.number, spec.computes, tuple(w for w in spec.want if w != spec.group))
+            remote = dataclasses.replace(spec, want=tuple(w for w in spec.want if w != spec.group))
             key = uuid.uuid4().bytes
             program = self._program()
             ctx = _pickled_context(remote, whole)
@@ -397,6 +501,11 @@ class Run:
         f = result.failure
         if f is None:
             return result
+        if f.reduction:
+            node = self.graph.nodes[f.node]
+            raise NodeError(node.name, node.location, f"{f.detail} (while folding {f.item})") from (
+                f.error if f.error is not None else RuntimeError(f.detail)
+            )
         err = SampleError(
             f.node, f.location, f.detail, index=f.index, item=f.item,
             group=group.source, pass_=pass_.number, worker=result.worker,
@@ -494,10 +603,11 @@ class _ChunkSizer:
     so large samples (decoded media, 1 MB blobs) do not pile up in memory.
     """
 
-    def __init__(self, fixed: int | None, limit: int):
+    def __init__(self, fixed: int | None, limit: int, align: int = 1):
         self.fixed = fixed
         self.limit = limit
-        self.size = fixed or _MIN_CHUNK
+        self.align = align
+        self.size = fixed or max(_MIN_CHUNK, align)
 
     def next_size(self) -> int:
         return self.size
@@ -512,7 +622,8 @@ class _ChunkSizer:
         cap = max(1, _TARGET_BYTES // max(per_sample, 1))
         if result.seconds < _TARGET_SECONDS and n >= self.size:
             self.size = min(self.size * 2, self.limit)
-        self.size = max(1, min(self.size, cap))
+        # Reductions fold whole blocks where the samples are: keep chunks block-aligned.
+        self.size = max(self.align, min(self.size, cap) // self.align * self.align)
 
 
 def approx_bytes(value: Any) -> int:
@@ -534,20 +645,18 @@ def _node_error(node: Node, exc: BaseException) -> NodeError:
     return NodeError(node.name, node.location, describe(exc))
 
 
-class _ConsumerThread(threading.Thread):
-    """Runs one Collect function on a reader of a shared stream; keeps its result or error."""
+class _JobThread(threading.Thread):
+    """Runs one consumer of a shared stream on its reader; keeps its result or error."""
 
-    def __init__(self, node: Node, args: dict[str, Any], tee: _Tee, r: int, store: dict[str, Any] | None):
-        super().__init__(name=f"flowdata-collect-{node.name}", daemon=True)
-        self.node, self.args, self.tee, self.r, self.store = node, args, tee, r, store
+    def __init__(self, job: Callable[[_Tee, int], Any], tee: _Tee, r: int):
+        super().__init__(name=f"flowdata-consumer-{r}", daemon=True)
+        self.job, self.tee, self.r = job, tee, r
         self.result: Any = None
         self.error: BaseException | None = None
 
     def run(self) -> None:
         try:
-            self.result = _call_collect(self.node, self.args, self.tee, self.r)
-            if self.store is not None:
-                self.store[self.node.name] = self.result
+            self.result = self.job(self.tee, self.r)
         except BaseException as exc:
             self.error = exc
 
@@ -567,14 +676,33 @@ def _call_collect(node: Node, args: dict[str, Any], tee: _Tee, r: int) -> Any:
         tee.close(r)
 
 
-def _run_consumers(nodes: list[Node], args: list[dict[str, Any]], tee: _Tee) -> list[Any]:
-    threads = [_ConsumerThread(n, a, tee, i + 1, None) for i, (n, a) in enumerate(zip(nodes[1:], args[1:]))]
+def _reduce_all(folders: list[Folder], tee: _Tee, r: int) -> dict[str, Any]:
+    """Reads every chunk of the pass (reductions never stop early) into the folders."""
+    try:
+        while (chunk := tee.next(r)) is not None:
+            for folder in folders:
+                folder.add(chunk)
+        return {f.spec.node: f.finish() for f in folders}
+    finally:
+        tee.close(r)
+
+
+def _result_of(node: Node, reducer: Any) -> Any:
+    try:
+        return reducer.result()
+    except Exception as exc:
+        raise _node_error(node, exc) from exc.with_traceback(user_traceback(exc.__traceback__))
+
+
+def _run_jobs(jobs: list[Callable[[_Tee, int], Any]], tee: _Tee) -> list[Any]:
+    """Runs the first job in this thread and the others in their own threads."""
+    threads = [_JobThread(job, tee, i + 1) for i, job in enumerate(jobs[1:])]
     for t in threads:
         t.start()
     first_error: BaseException | None = None
     first: Any = None
     try:
-        first = _call_collect(nodes[0], args[0], tee, 0)
+        first = jobs[0](tee, 0)
     except BaseException as exc:
         first_error = exc
     for t in threads:
@@ -584,4 +712,3 @@ def _run_consumers(nodes: list[Node], args: list[dict[str, Any]], tee: _Tee) -> 
     for t in threads:
         t.reraise()
     return [first, *(t.result for t in threads)]
-

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
+from flowdata.reduce import ReduceSpec
 from flowdata.types import MarkerKind
 
 __all__ = ["Node", "Param", "Role", "NO_DEFAULT"]
@@ -88,6 +89,8 @@ class Node:
         line: First line of the originating function.
         tags: Tags from Hamilton's ``@tag`` and discovery.
         doc: The function's docstring.
+        reducer: The ``@reduce`` declaration of a reduction node, else ``None``.
+        origin: The user function the node came from (for its source text).
         positional_call: Whether ``fn`` may be called with positional arguments in
             ``params`` order (plain functions); Hamilton's generated callables take keywords.
     """
@@ -104,6 +107,8 @@ class Node:
     tags: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}), compare=False)
     doc: str = field(default="", compare=False, repr=False)
     positional_call: bool = False
+    reducer: ReduceSpec | None = None
+    origin: Callable[..., Any] | None = field(default=None, compare=False, repr=False)
 
     @property
     def location(self) -> str:

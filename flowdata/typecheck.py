@@ -27,7 +27,7 @@ from typing import Any, Literal, Union, get_args, get_origin
 from flowdata.errors import GraphProblem
 from flowdata.graph import BUILTINS, Graph
 
-__all__ = ["compatible", "type_name", "check_edges", "collection_element"]
+__all__ = ["check_edges", "check_reductions", "collection_element", "compatible", "type_name"]
 
 _NUMERIC_TOWER: dict[type, tuple[type, ...]] = {
     int: (float, complex),
@@ -286,4 +286,51 @@ def _input_conflicts(graph: Graph) -> list[GraphProblem]:
                     )
                 )
                 break
+    return problems
+
+
+def check_reductions(graph: Graph) -> list[GraphProblem]:
+    """``@reduce`` nodes: exactly one Collect parameter, and a return type that accepts the
+    reducer's result type."""
+    from flowdata.reduce import result_type
+
+    problems = []
+    for name, node in graph.nodes.items():
+        spec = node.reducer
+        if spec is None:
+            continue
+        collects = node.collect_params
+        if len(collects) != 1:
+            problems.append(
+                GraphProblem(
+                    code="FD302",
+                    title="reduce-needs-one-collect",
+                    message=(
+                        f"'{name}' is declared @reduce({spec.cls.__name__}) but has "
+                        f"{len(collects)} Collect parameters"
+                    ),
+                    node=name,
+                    locations=(node.location,),
+                    expected="exactly one Collect[...] parameter (its values are folded)",
+                    actual=", ".join(p.name for p in collects) or "none",
+                    fix="give the reduction one Collect parameter; reduce other values in their own nodes",
+                )
+            )
+        produced = result_type(spec.cls)
+        if not compatible(produced, node.type):
+            problems.append(
+                GraphProblem(
+                    code="FD301",
+                    title="reducer-result-mismatch",
+                    message=(
+                        f"'{name}' returns {type_name(node.type)}, but its reducer "
+                        f"{spec.cls.__name__}.result() gives {type_name(produced)}"
+                    ),
+                    node=name,
+                    locations=(node.location,),
+                    expected=type_name(node.type),
+                    actual=type_name(produced),
+                    fix=f"declare '-> {type_name(produced)}' on '{name}', or use a reducer that gives {type_name(node.type)}",
+                )
+            )
     return problems

@@ -476,3 +476,21 @@ def test_unread_input_warns_with_a_suggestion(build: Callable[..., fd.Driver]) -
     """)
     with pytest.warns(UserWarning, match=r"input 'scal' \(did you mean 'scale'\?\) not read by any node"):
         assert dr.execute(["a"], inputs={"x": 2, "scal": 10}) == {"a": 2}
+
+
+def test_input_named_like_a_node_replaces_it(make_module: Callable[[str], Any]) -> None:
+    m = make_module(COUNTING)
+    dr = fd.Builder().with_modules(m).build()
+    assert dr.execute(["mean"], inputs={"n": 4, "total": 8}) == {"mean": 2.0}
+    assert m.CALLS["square"] == 0
+    with pytest.raises(fd.InputError, match=r"cannot override 'square'"):
+        dr.execute(["total"], inputs={"n": 4, "square": 1})
+
+
+def test_run_sample_item_of_a_later_pass_needs_the_sources_inputs(make_module: Callable[[str], Any]) -> None:
+    m = make_module(COUNTING)
+    dr = fd.Builder().with_modules(m).build()
+    with pytest.raises(fd.InputError, match=r"missing input 'n'"):
+        dr.run_sample(["centered"], item=3)
+    mean = sum(i * i + 1 for i in range(4)) / 4
+    assert dr.run_sample(["centered"], item=3, inputs={"n": 4}) == {"centered": 10 - mean}

@@ -25,6 +25,7 @@ def test_public_names_are_pinned() -> None:
         "ProcessExecutor",
         "SampleError",
         "Sequential",
+        "reduce",
     ]
     for name in flowdata.__all__:
         assert getattr(flowdata, name) is not None

@@ -1,0 +1,184 @@
+"""The pass cache: reduction results stored under a fingerprint of what produced them.
+
+A pass whose Collect nodes are all reductions can be skipped when its results are on disk
+under the same *key*. The key is a SHA-256 over:
+
+- the **source items**: each item's repr, and for every string in it that names an
+  existing file, the file's size and modification time (so editing a file changes the
+  key; its contents are not read);
+- the **code**: the source text of the source function, of every per-sample node the
+  pass computes and of every reduction, with each reducer's class and options;
+- the **whole values** the pass reads (inputs, once nodes, earlier Collect results) and the
+  graph's **config**, each digested by value (arrays by dtype, shape and bytes; other
+  objects by their pickle bytes — hashed, never unpickled).
+
+An entry is a folder ``pass-<key>`` holding ``manifest.json`` and one ``.npz`` per reduction
+with its ``state_dict`` (plain arrays, loaded with ``allow_pickle=False``). It is written to
+a temporary folder and renamed into place, so a reader never sees half an entry. The
+manifest records each file's SHA-256; a missing, truncated or altered file is reported in
+the log and the pass is recomputed — a cache entry is never trusted blindly.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import inspect
+import io
+import json
+import logging
+import os
+import pickle
+import shutil
+import tempfile
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+__all__ = ["PassCache", "digest", "fingerprint_items", "source_text"]
+
+log = logging.getLogger("flowdata.cache")
+
+_VERSION = 1
+
+
+def digest(value: Any) -> str:
+    """A stable SHA-256 of a value: by content for arrays and plain data, else its pickle."""
+    h = hashlib.sha256()
+    _feed(h, value)
+    return h.hexdigest()
+
+
+def _feed(h: Any, value: Any) -> None:
+    if value is None or isinstance(value, (bool, int, float, str)):
+        h.update(f"{type(value).__name__}:{value!r};".encode())
+    elif isinstance(value, bytes):
+        h.update(b"bytes:" + value)
+    elif isinstance(value, (list, tuple)):
+        h.update(f"{type(value).__name__}[{len(value)}](".encode())
+        for v in value:
+            _feed(h, v)
+        h.update(b")")
+    elif isinstance(value, dict):
+        h.update(f"dict[{len(value)}](".encode())
+        for k in sorted(value, key=repr):
+            _feed(h, k)
+            _feed(h, value[k])
+        h.update(b")")
+    elif hasattr(value, "dtype") and hasattr(value, "shape") and hasattr(value, "tobytes"):
+        h.update(f"array:{value.dtype}:{tuple(value.shape)}:".encode() + value.tobytes())
+    elif type(value).__module__.startswith("torch") and hasattr(value, "detach"):
+        arr = value.detach().cpu()
+        h.update(f"tensor:{arr.dtype}:{tuple(arr.shape)}:".encode())
+        if str(arr.dtype) == "torch.bfloat16":  # numpy has no bfloat16; float32 holds it exactly
+            arr = arr.float()
+        h.update(arr.contiguous().numpy().tobytes())
+    else:
+        h.update(f"pickle:{type(value).__qualname__}:".encode())
+        h.update(pickle.dumps(value, protocol=4))
+
+
+def fingerprint_items(items: Iterable[Any]) -> tuple[str, int]:
+    """(SHA-256, count) of a source's items; files named in them add size and mtime."""
+    h = hashlib.sha256()
+    n = 0
+    for item in items:
+        h.update(repr(item).encode())
+        for path in _paths(item):
+            try:
+                st = os.stat(path)
+            except OSError:
+                continue
+            h.update(f"|{st.st_size}:{st.st_mtime_ns}".encode())
+        h.update(b"\n")
+        n += 1
+    return h.hexdigest(), n
+
+
+def _paths(item: Any) -> Iterable[str]:
+    if isinstance(item, (str, os.PathLike)):
+        text = os.fspath(item)
+        if isinstance(text, str) and len(text) < 4096 and os.path.isfile(text):
+            yield text
+    elif isinstance(item, (list, tuple)):
+        for v in item:
+            if isinstance(v, (str, os.PathLike)):
+                yield from _paths(v)
+    elif isinstance(item, dict):
+        for v in item.values():
+            if isinstance(v, (str, os.PathLike)):
+                yield from _paths(v)
+
+
+def source_text(fn: Any) -> str:
+    """The source code of a function (its repr when the source is not available)."""
+    try:
+        return inspect.getsource(inspect.unwrap(fn))
+    except (OSError, TypeError):
+        return repr(fn)
+
+
+class PassCache:
+    """Reduction states on disk, by key. See the module docstring.
+
+    Args:
+        directory: Where entries live (created when needed).
+    """
+
+    def __init__(self, directory: str | os.PathLike[str]):
+        self.directory = os.fspath(directory)
+
+    def _entry(self, key: str) -> str:
+        return os.path.join(self.directory, f"pass-{key[:32]}")
+
+    def load(self, key: str, names: Iterable[str]) -> dict[str, dict[str, Any]] | None:
+        """The stored states of ``names`` under ``key``, or None (missing or corrupt)."""
+        import numpy as np
+
+        entry = self._entry(key)
+        manifest_path = os.path.join(entry, "manifest.json")
+        if not os.path.exists(manifest_path):
+            return None
+        try:
+            with open(manifest_path, encoding="utf-8") as f:
+                manifest = json.load(f)
+            if manifest.get("version") != _VERSION or manifest.get("key") != key:
+                raise ValueError("manifest does not match this key")
+            states: dict[str, dict[str, Any]] = {}
+            for name in names:
+                meta = manifest["nodes"][name]
+                with open(os.path.join(entry, meta["file"]), "rb") as f:
+                    data = f.read()
+                if hashlib.sha256(data).hexdigest() != meta["sha256"]:
+                    raise ValueError(f"checksum of {meta['file']} does not match")
+                with np.load(io.BytesIO(data), allow_pickle=False) as npz:
+                    states[name] = {k: npz[k] for k in npz.files}
+            return states
+        except Exception as exc:  # any damage: say so, drop the entry, recompute
+            log.warning("cache entry %s is unreadable (%s: %s); recomputing", entry, type(exc).__name__, exc)
+            shutil.rmtree(entry, ignore_errors=True)
+            return None
+
+    def store(self, key: str, states: Mapping[str, Mapping[str, Any]], about: Mapping[str, Any]) -> str:
+        """Writes an entry atomically; returns its folder."""
+        import numpy as np
+
+        os.makedirs(self.directory, exist_ok=True)
+        entry = self._entry(key)
+        tmp = tempfile.mkdtemp(prefix=".tmp-", dir=self.directory)
+        try:
+            nodes = {}
+            for name, state in states.items():
+                buf = io.BytesIO()
+                np.savez(buf, allow_pickle=False, **{k: np.asarray(v) for k, v in state.items()})
+                data = buf.getvalue()
+                file = f"{hashlib.sha256(name.encode()).hexdigest()[:16]}.npz"
+                with open(os.path.join(tmp, file), "wb") as f:
+                    f.write(data)
+                nodes[name] = {"file": file, "sha256": hashlib.sha256(data).hexdigest()}
+            with open(os.path.join(tmp, "manifest.json"), "w", encoding="utf-8") as f:
+                json.dump({"version": _VERSION, "key": key, "nodes": nodes, "about": dict(about)}, f, indent=1)
+            shutil.rmtree(entry, ignore_errors=True)
+            os.replace(tmp, entry)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+        return entry

@@ -1,0 +1,256 @@
+"""Welford: streaming mean, variance, min and max, mergeable by Chan's formula.
+
+Every update reduces a batch over the axes in ``dim`` using the batch's own mean and sum
+of squared deviations (M2), never sums of squares, and merges it into the running state
+with Chan et al.'s parallel formula, all in float64. So ``[10000, 10001, 10002]`` gives the
+exact standard deviation, and ``1e8 + N(0, 1)`` keeps nine significant digits, where
+``E[x^2] - E[x]^2`` returns 0 or garbage.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Literal
+
+import numpy as np
+
+from flowdata.errors import FlowdataError
+
+if TYPE_CHECKING:
+    import torch
+
+__all__ = ["Stats", "Welford", "StatsError", "as_float64"]
+
+NanPolicy = Literal["propagate", "ignore", "raise"]
+
+
+class StatsError(FlowdataError, ValueError):
+    """A reducer received data it cannot fold (wrong shape, NaN under ``nan="raise"``)."""
+
+
+@dataclass(frozen=True)
+class Stats:
+    """What :class:`Welford` computes, as float64 tensors of the kept shape.
+
+    Attributes:
+        mean: Mean.
+        std: Standard deviation (``sqrt(var)``).
+        var: Variance with the reducer's ``ddof``.
+        min: Minimum.
+        max: Maximum.
+        count: Number of values folded (per position when NaNs are ignored), int64.
+    """
+
+    mean: torch.Tensor
+    std: torch.Tensor
+    var: torch.Tensor
+    min: torch.Tensor
+    max: torch.Tensor
+    count: torch.Tensor
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain lists and floats, for JSON and logs."""
+        return {k: getattr(self, k).tolist() for k in ("mean", "std", "var", "min", "max", "count")}
+
+
+def as_float64(x: Any) -> np.ndarray:
+    """A float64 numpy array from a torch tensor, numpy array, number or nested list."""
+    if type(x).__module__.startswith("torch") and hasattr(x, "detach"):
+        x = x.detach().to("cpu")
+        if not x.dtype.is_floating_point or x.dtype in _TORCH_HALF():
+            x = x.double()
+        x = x.numpy()
+    return np.asarray(x, dtype=np.float64)
+
+
+def _TORCH_HALF() -> tuple[Any, ...]:
+    import torch
+
+    return (torch.float16, torch.bfloat16)
+
+
+class Welford:
+    """Per-axis mean, std, var, min, max and count over a stream of batches.
+
+    Args:
+        dim: Axes of each value passed to :meth:`update` to reduce over. ``None`` reduces
+            every axis (a scalar result); ``0`` gives per-feature statistics of ``[N, F]``
+            batches; ``(0, 2, 3)`` per-channel statistics of NCHW images; ``()`` reduces
+            nothing within a value, so statistics are per element across values.
+        ddof: Delta degrees of freedom of ``var`` and ``std`` (0: population, 1: sample).
+        nan: ``"propagate"`` (NaN in, NaN out), ``"ignore"`` (NaNs are skipped; counts
+            become per position) or ``"raise"``.
+    """
+
+    def __init__(self, dim: int | Sequence[int] | None = None, *, ddof: int = 0, nan: NanPolicy = "propagate"):
+        if nan not in ("propagate", "ignore", "raise"):
+            raise StatsError(f"Welford(nan={nan!r}): expected 'propagate', 'ignore' or 'raise'")
+        self.dim: tuple[int, ...] | None = None if dim is None else ((dim,) if isinstance(dim, int) else tuple(dim))
+        self.ddof = int(ddof)
+        self.nan: NanPolicy = nan
+        self._shape: tuple[int, ...] | None = None
+        self._n = np.zeros((), dtype=np.int64)
+        self._mean = np.zeros((), dtype=np.float64)
+        self._m2 = np.zeros((), dtype=np.float64)
+        self._min = np.full((), np.inf)
+        self._max = np.full((), -np.inf)
+
+    def __repr__(self) -> str:
+        return f"Welford(dim={self.dim}, ddof={self.ddof}, nan={self.nan!r}, count={self._n.tolist()})"
+
+    # --- folding --------------------------------------------------------------------------
+
+    def _axes(self, ndim: int) -> tuple[int, ...]:
+        if self.dim is None:
+            return tuple(range(ndim))
+        axes = []
+        for d in self.dim:
+            if not -ndim <= d < ndim:
+                raise StatsError(
+                    f"Welford(dim={self.dim}) cannot reduce axis {d} of a value with {ndim} axes\n"
+                    "  fix: give dim as axes of the values passed to update()"
+                )
+            axes.append(d % ndim)
+        return tuple(sorted(set(axes)))
+
+    def update(self, x: Any) -> None:
+        """Folds a batch in, reducing it over ``dim``."""
+        b = as_float64(x)
+        axes = self._axes(b.ndim)
+        self._fold(b, axes)
+
+    def fold(self, values: Sequence[Any]) -> None:
+        """Folds several values at once: stacked into one batch when their shapes agree."""
+        arrays = [as_float64(v) for v in values]
+        if not arrays:
+            return
+        if all(a.shape == arrays[0].shape for a in arrays):
+            stacked = np.stack(arrays)
+            axes = (0, *(a + 1 for a in self._axes(arrays[0].ndim)))
+            self._fold(stacked, axes)
+        else:
+            for a in arrays:
+                self._fold(a, self._axes(a.ndim))
+
+    def _fold(self, b: np.ndarray, axes: tuple[int, ...]) -> None:
+        kept = tuple(s for i, s in enumerate(b.shape) if i not in axes)
+        self._check_shape(kept, b.shape)
+        if b.size == 0:
+            return
+        if self.nan == "raise" and np.isnan(b).any():
+            raise StatsError(
+                f"Welford(nan='raise') received {int(np.isnan(b).sum())} NaN value(s) in a batch "
+                f"of shape {b.shape}\n  fix: clean the data, or use nan='ignore' to skip NaNs"
+            )
+        if self.nan == "ignore":
+            valid = ~np.isnan(b)
+            n_b = valid.sum(axis=axes)
+            with np.errstate(invalid="ignore", divide="ignore"):
+                mean_b = np.where(n_b > 0, np.nansum(b, axis=axes) / n_b, 0.0)
+            dev = np.where(valid, b - np.expand_dims(mean_b, axes), 0.0)
+            m2_b = np.sum(dev * dev, axis=axes)
+            min_b = np.fmin.reduce(b, axis=axes, initial=np.inf)
+            max_b = np.fmax.reduce(b, axis=axes, initial=-np.inf)
+        else:
+            n_b = np.full(kept, int(np.prod([b.shape[a] for a in axes])), dtype=np.int64)
+            mean_b = b.mean(axis=axes)
+            dev = b - np.expand_dims(mean_b, axes)
+            m2_b = np.sum(dev * dev, axis=axes)
+            min_b = b.min(axis=axes)
+            max_b = b.max(axis=axes)
+        self._combine(np.asarray(n_b, dtype=np.int64), mean_b, m2_b, min_b, max_b)
+
+    def _check_shape(self, kept: tuple[int, ...], shape: tuple[int, ...]) -> None:
+        if self._shape is None:
+            self._shape = kept
+            self._n = np.zeros(kept, dtype=np.int64)
+            self._mean = np.zeros(kept)
+            self._m2 = np.zeros(kept)
+            self._min = np.full(kept, np.inf)
+            self._max = np.full(kept, -np.inf)
+        elif kept != self._shape:
+            raise StatsError(
+                f"Welford(dim={self.dim}) expected values whose kept shape is {self._shape}, "
+                f"got {kept} (from a value of shape {shape})\n"
+                "  fix: make every value the same shape along the kept axes, or reduce over "
+                "the axes that vary (dim=...)"
+            )
+
+    def _combine(self, n_b: np.ndarray, mean_b: np.ndarray, m2_b: np.ndarray, min_b: np.ndarray, max_b: np.ndarray) -> None:
+        n_a = self._n
+        n = n_a + n_b
+        with np.errstate(invalid="ignore", divide="ignore"):
+            frac = np.where(n > 0, n_b / np.maximum(n, 1), 0.0)
+            delta = mean_b - self._mean
+            has = n_b > 0
+            self._mean = np.where(has, self._mean + delta * frac, self._mean)
+            self._m2 = np.where(has, self._m2 + m2_b + delta * delta * n_a * frac, self._m2)
+        if self.nan == "propagate":
+            self._min = np.where(has, np.minimum(self._min, min_b), self._min)
+            self._max = np.where(has, np.maximum(self._max, max_b), self._max)
+        else:
+            self._min = np.fmin(self._min, min_b)
+            self._max = np.fmax(self._max, max_b)
+        self._n = n
+
+    def merge(self, other: Welford) -> Welford:
+        """Folds another Welford's state in (Chan's formula); returns self."""
+        if not isinstance(other, Welford):
+            raise StatsError(f"cannot merge {type(other).__name__} into Welford")
+        if other._shape is None:
+            return self
+        self._check_shape(other._shape, other._shape)
+        self._combine(other._n, other._mean, other._m2, other._min, other._max)
+        return self
+
+    # --- results and state ------------------------------------------------------------------
+
+    def result(self) -> Stats:
+        """The statistics so far (NaN where nothing was folded)."""
+        import torch
+
+        with np.errstate(invalid="ignore", divide="ignore"):
+            empty = self._n == 0
+            mean = np.where(empty, np.nan, self._mean)
+            var = np.where(self._n - self.ddof > 0, self._m2 / np.maximum(self._n - self.ddof, 1), np.nan)
+            mn = np.where(empty, np.nan, self._min)
+            mx = np.where(empty, np.nan, self._max)
+        t = torch.from_numpy
+        return Stats(
+            mean=t(np.array(mean, dtype=np.float64)),
+            std=t(np.array(np.sqrt(var), dtype=np.float64)),
+            var=t(np.array(var, dtype=np.float64)),
+            min=t(np.array(mn, dtype=np.float64)),
+            max=t(np.array(mx, dtype=np.float64)),
+            count=t(np.array(self._n, dtype=np.int64)),
+        )
+
+    def state_dict(self) -> dict[str, np.ndarray]:
+        """Plain arrays: options and state."""
+        return {
+            "dim": np.array(self.dim if self.dim is not None else [], dtype=np.int64),
+            "dim_is_none": np.array(self.dim is None),
+            "ddof": np.array(self.ddof),
+            "nan": np.array(self.nan),
+            "has_shape": np.array(self._shape is not None),
+            "count": self._n.copy(),
+            "mean": self._mean.copy(),
+            "m2": self._m2.copy(),
+            "min": self._min.copy(),
+            "max": self._max.copy(),
+        }
+
+    @classmethod
+    def from_state_dict(cls, state: Mapping[str, Any]) -> Welford:
+        """A Welford restored from :meth:`state_dict` (arrays, or what ``np.load`` returns)."""
+        dim = None if bool(np.asarray(state["dim_is_none"])) else tuple(int(d) for d in np.asarray(state["dim"]))
+        w = cls(dim, ddof=int(np.asarray(state["ddof"])), nan=str(np.asarray(state["nan"])))  # type: ignore[arg-type]
+        if bool(np.asarray(state["has_shape"])):
+            w._n = np.array(state["count"], dtype=np.int64)
+            w._shape = w._n.shape
+            w._mean = np.array(state["mean"], dtype=np.float64)
+            w._m2 = np.array(state["m2"], dtype=np.float64)
+            w._min = np.array(state["min"], dtype=np.float64)
+            w._max = np.array(state["max"], dtype=np.float64)
+        return w
