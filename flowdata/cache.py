@@ -21,6 +21,7 @@ the log and the pass is recomputed — a cache entry is never trusted blindly.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import inspect
 import io
@@ -62,6 +63,12 @@ def _feed(h: Any, value: Any) -> None:
         for k in sorted(value, key=repr):
             _feed(h, k)
             _feed(h, value[k])
+        h.update(b")")
+    elif dataclasses.is_dataclass(value) and not isinstance(value, type):
+        h.update(f"dataclass:{type(value).__qualname__}(".encode())
+        for f in dataclasses.fields(value):
+            _feed(h, f.name)
+            _feed(h, getattr(value, f.name))
         h.update(b")")
     elif hasattr(value, "dtype") and hasattr(value, "shape") and hasattr(value, "tobytes"):
         h.update(f"array:{value.dtype}:{tuple(value.shape)}:".encode() + value.tobytes())

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from types import MappingProxyType, ModuleType
 from typing import Any, ParamSpec, TypeVar
 
+from flowdata.cache import PassCache
 from flowdata.discover import Program, discover, import_file, program_of
 from flowdata.errors import FlowdataError, GraphError, GraphProblem, InputError
 from flowdata.executors import resolve_executor
@@ -179,9 +180,12 @@ class Driver:
         inputs: Mapping[str, Any] | Iterable[str] | None = None,
         overrides: Mapping[str, Any] | None = None,
     ) -> Plan:
-        """What a call for ``outputs`` computes: groups, passes and once nodes (printable)."""
+        """What a call for ``outputs`` computes: groups, passes and once nodes (printable).
+
+        Inputs are not required: a plan shows every input the call would read.
+        """
         names = set(self.config) | set(inputs or ()) | set(overrides or ())
-        return make_plan(self.graph, self.analysis, outputs, names, tuple(overrides or ()))
+        return make_plan(self.graph, self.analysis, outputs, names, tuple(overrides or ()), check_inputs=False)
 
     @_public
     def execute(
@@ -192,6 +196,7 @@ class Driver:
         executor: object = None,
         *,
         chunk_size: int | None = None,
+        cache_dir: str | os.PathLike[str] | None = None,
     ) -> dict[str, Any]:
         """Computes whole values: once nodes, Collect nodes and inputs.
 
@@ -202,6 +207,8 @@ class Driver:
             executor: ``"inline"`` (default), ``"processes"``, or an executor object such as
                 ``flowdata.ProcessExecutor(num_workers=2)``.
             chunk_size: Samples per chunk sent to the executor (default: adaptive).
+            cache_dir: Keep reduction results here; a later call whose pass has the same
+                fingerprint (items, code, inputs, config) loads them and skips the pass.
 
         Raises:
             InputError: unknown output, missing input, or a per-sample output.
@@ -215,7 +222,8 @@ class Driver:
         plan = make_plan(self.graph, self.analysis, outputs, set(values), replaced, allow_per_sample=False)
         ex, owned = resolve_executor(executor)
         try:
-            run = Run(self.graph, self.analysis, self.program, plan, values, ex, chunk_size)
+            cache = PassCache(cache_dir) if cache_dir is not None else None
+            run = Run(self.graph, self.analysis, self.program, plan, values, ex, chunk_size, cache)
             return {o: run.value(o) for o in plan.outputs}
         finally:
             if owned:

@@ -278,6 +278,7 @@ def make_plan(
     overrides: Collection[str] = (),
     *,
     allow_per_sample: bool = True,
+    check_inputs: bool = True,
 ) -> Plan:
     """Narrows the graph to what ``outputs`` need and splits groups into passes.
 
@@ -289,6 +290,7 @@ def make_plan(
         overrides: Node names whose values the caller supplies.
         allow_per_sample: Whether per-sample outputs may be requested (the training
             iterator) or not (``execute()``).
+        check_inputs: Whether a missing input is an error (not for a plan only printed).
 
     Raises:
         InputError: unknown outputs, per-sample outputs where not allowed, missing inputs.
@@ -301,7 +303,7 @@ def make_plan(
         for name, spec in graph.inputs.items()
         if name not in inputs and not spec.optional and any(n.name in needed for n, _ in spec.readers)
     )
-    if missing:
+    if missing and check_inputs:
         lines = []
         for name in missing:
             readers = [f"{n.name} ({n.location})" for n, _ in graph.inputs[name].readers if n.name in needed]

@@ -234,11 +234,11 @@ class Welford:
             "ddof": np.array(self.ddof),
             "nan": np.array(self.nan),
             "has_shape": np.array(self._shape is not None),
-            "count": self._n.copy(),
-            "mean": self._mean.copy(),
-            "m2": self._m2.copy(),
-            "min": self._min.copy(),
-            "max": self._max.copy(),
+            "count": np.array(self._n, dtype=np.int64),
+            "mean": np.array(self._mean, dtype=np.float64),
+            "m2": np.array(self._m2, dtype=np.float64),
+            "min": np.array(self._min, dtype=np.float64),
+            "max": np.array(self._max, dtype=np.float64),
         }
 
     @classmethod
