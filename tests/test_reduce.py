@@ -314,3 +314,32 @@ def test_cache_never_unpickles(make_module: Callable[[str], Any], data_dir: Path
     npz = next(cache.rglob("*.npz"))
     with np.load(npz, allow_pickle=False) as data:
         assert all(data[k].dtype != object for k in data.files)
+
+
+def test_reductions_in_a_group_closed_by_a_source(build: Callable[..., fd.Driver]) -> None:
+    dr = build("""
+    from flowdata import Collect, Parallel, reduce
+    from flowdata.stats import Count, Vocab, Vocabulary
+    def sentence(texts: list[str]) -> Parallel[str]:
+        yield from texts
+    def words(sentence: str) -> list[str]:
+        return sentence.split()
+    @reduce(Vocabulary)
+    def vocab(words: Collect[list[str]]) -> Vocab: ...
+    @reduce(Count)
+    def n_sentences(sentence: Collect[str]) -> int: ...
+    def word(words: Collect[list[str]]) -> Parallel[str]:
+        for ws in words:
+            yield from ws
+    def word_id(word: str, vocab: Vocab) -> int:
+        return vocab[word]
+    @reduce(Count)
+    def n_words(word_id: Collect[int]) -> int: ...
+    def ids(word_id: Collect[int]) -> list[int]:
+        return list(word_id)
+    """)
+    texts = ["a b a", "c a", "b"]
+    out = dr.execute(["vocab", "n_sentences", "n_words", "ids"], inputs={"texts": texts})
+    assert out["vocab"].tokens == ("a", "b", "c")
+    assert (out["n_sentences"], out["n_words"], out["ids"]) == (3, 6, [0, 1, 0, 2, 0, 1])
+    assert dr.execute(["n_words"], inputs={"texts": texts}, executor="processes") == {"n_words": 6}

@@ -234,6 +234,9 @@ def test_every_reducer_round_trips_state_and_pickle(reducer: Any, tmp_path: Any)
         restored = type(reducer).from_state_dict({k: npz[k] for k in npz.files})
     assert _same(reducer, restored)
     assert _same(reducer, pickle.loads(pickle.dumps(reducer)))
+    result = reducer.result()
+    back = pickle.loads(pickle.dumps(result))  # results travel to workers as whole values
+    assert type(back) is type(result) and repr(back) == repr(result)
     # A restored reducer keeps accumulating.
     restored.merge(type(reducer).from_state_dict(state))
     assert restored.state_dict().keys() == state.keys()

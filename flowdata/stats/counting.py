@@ -37,6 +37,10 @@ class Vocab:
     def __post_init__(self) -> None:
         object.__setattr__(self, "index", MappingProxyType({t: i for i, t in enumerate(self.tokens)}))
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        # The index is derived (and a mappingproxy does not pickle): rebuild it.
+        return (Vocab, (self.tokens, self.counts))
+
     def __len__(self) -> int:
         return len(self.tokens)
 
