@@ -16,8 +16,8 @@ from typing import Any, ParamSpec, TypeVar
 from flowdata.cache import PassCache
 from flowdata.discover import Program, discover, import_file, program_of
 from flowdata.errors import FlowdataError, GraphError, GraphProblem, InputError
-from flowdata.executors import resolve_executor
 from flowdata.execute import Run
+from flowdata.executors import resolve_executor
 from flowdata.graph import Graph
 from flowdata.node import Node, Role
 from flowdata.plan import Analysis, Plan, analyze, make_plan

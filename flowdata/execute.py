@@ -14,18 +14,12 @@ Values are computed on demand, starting from the requested outputs:
   (see :mod:`flowdata.chunk`). Parallel groups send chunks to the executor; Sequential
   groups run in the calling thread one sample at a time, in order.
 
-Fan-out to Collect nodes
-------------------------
-A plain Collect node is an ordinary function that iterates its ``Collect[...]``
-parameters. Several such functions reading one pass each run in their own thread (the
-first in the calling thread), reading one shared stream of chunks (:class:`_Tee`). Each
-reader has a small bounded buffer: whoever needs the next chunk computes it, unless a
-slower reader's buffer is full, in which case it waits. Memory therefore stays bounded
-by a few chunks, whatever the number of samples. A reader whose function returns is
-closed; when every reader is closed the source is closed and pending work is dropped,
-so a Collect function that stops early stops the upstream work.
-
-Several ``Collect`` parameters of one node are served in lockstep from the same chunks.
+Consumers
+---------
+Every Collect node fed by a pass reads one shared stream of its chunks (see
+:mod:`flowdata.stream`): plain Collect functions each in their own thread, reductions
+together in one more (see :mod:`flowdata.fold`). A Collect function that stops early stops
+the upstream work, unless a reduction still needs every sample.
 
 A source that takes ``Collect[...]`` parameters closes one group and opens the next: when
 its own group runs a pass, the closed group's pass is run as a stream feeding it.
@@ -37,8 +31,6 @@ import dataclasses
 import functools
 import logging
 import pickle
-import sys
-import threading
 import uuid
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -51,133 +43,17 @@ from flowdata.discover import Program
 from flowdata.errors import FlowdataError, InputError, NodeError, SampleError, describe, user_traceback
 from flowdata.executors import Executor, InlineExecutor
 from flowdata.fold import Folder
-from flowdata.reduce import BLOCK
 from flowdata.graph import Graph
 from flowdata.node import Node, Role
 from flowdata.plan import Analysis, GroupPlan, PassPlan, Plan
+from flowdata.reduce import BLOCK
+from flowdata.stream import MAX_CHUNK, ChunkSizer, JobThread, Tee, chunked, collect_iterables, run_jobs
 
 __all__ = ["Run"]
 
 _log = logging.getLogger("flowdata")
 
-_INLINE_MAX_CHUNK = 512
-_MIN_CHUNK, _MAX_CHUNK, _TARGET_SECONDS, _TARGET_BYTES = 8, 4096, 0.05, 8 << 20
-_BUFFER_CHUNKS = 4
-
-
-class _Tee:
-    """One stream of chunks read by several readers, each in its own thread.
-
-    The reader that needs a chunk nobody has computed yet pulls it from the source itself
-    (outside the lock), unless another reader's buffer is full. See the module docstring.
-    """
-
-    def __init__(self, source: Iterator[ChunkResult], readers: int, capacity: int = _BUFFER_CHUNKS):
-        self._source = source
-        self._cond = threading.Condition()
-        self._buffers: list[deque[ChunkResult]] = [deque() for _ in range(readers)]
-        self._alive = [True] * readers
-        self._capacity = capacity
-        self._pulling = False
-        self._done = False
-        self._error: BaseException | None = None
-
-    def next(self, r: int) -> ChunkResult | None:
-        """The next chunk for reader ``r``, or None at the end of the stream."""
-        while True:
-            with self._cond:
-                while True:
-                    buf = self._buffers[r]
-                    if buf:
-                        ready = buf.popleft()
-                        self._cond.notify_all()
-                        return ready
-                    if self._done:
-                        if self._error is not None:
-                            raise self._error
-                        return None
-                    if not self._pulling and all(
-                        len(b) < self._capacity
-                        for i, b in enumerate(self._buffers)
-                        if i != r and self._alive[i]
-                    ):
-                        self._pulling = True
-                        break
-                    self._cond.wait()
-            chunk: ChunkResult | None = None
-            error: BaseException | None = None
-            try:
-                chunk = next(self._source)
-            except StopIteration:
-                pass
-            except BaseException as exc:  # handed to every reader
-                error = exc
-            with self._cond:
-                self._pulling = False
-                if chunk is None:
-                    self._done = True
-                    self._error = error
-                else:
-                    for i, alive in enumerate(self._alive):
-                        if alive:
-                            self._buffers[i].append(chunk)
-                self._cond.notify_all()
-                if not any(self._alive):
-                    self._close_source()
-
-    def close(self, r: int) -> None:
-        """Reader ``r`` reads no more; the last one to leave stops the source."""
-        with self._cond:
-            self._alive[r] = False
-            self._buffers[r].clear()
-            self._cond.notify_all()
-            if not any(self._alive) and not self._pulling:
-                self._close_source()
-
-    def _close_source(self) -> None:
-        if not self._done:
-            self._done = True
-            close = getattr(self._source, "close", None)
-            if close is not None:
-                close()
-
-
-def _column(tee: _Tee, r: int, column: str) -> Iterator[Any]:
-    """One Collect parameter read from reader ``r``."""
-    while (chunk := tee.next(r)) is not None:
-        yield from chunk.columns[column]
-
-
-class _Lockstep:
-    """Several Collect parameters of one node, served from the same chunks."""
-
-    def __init__(self, tee: _Tee, r: int, columns: Sequence[str]):
-        self._tee, self._r = tee, r
-        self._buffers: dict[str, deque[Any]] = {c: deque() for c in columns}
-
-    def _fill(self) -> bool:
-        chunk = self._tee.next(self._r)
-        if chunk is None:
-            return False
-        for c, buf in self._buffers.items():
-            buf.extend(chunk.columns[c])
-        return True
-
-    def column(self, column: str) -> Iterator[Any]:
-        buf = self._buffers[column]
-        while True:
-            while buf:
-                yield buf.popleft()
-            if not self._fill():
-                return
-
-
-def _collect_iterables(node: Node, tee: _Tee, r: int) -> dict[str, Iterator[Any]]:
-    params = node.collect_params
-    if len(params) == 1:
-        return {params[0].name: _column(tee, r, params[0].name)}
-    lock = _Lockstep(tee, r, [p.name for p in params])
-    return {p.name: lock.column(p.name) for p in params}
+_INLINEMAX_CHUNK = 512
 
 
 class Run:
@@ -212,7 +88,6 @@ class Run:
         self.values: dict[str, Any] = dict(values)
         self.executor = executor
         self.chunk_size = chunk_size
-        self._lock = threading.RLock()
         self._program_bytes: bytes | None = None
         self.cache = cache
         self._reducers: dict[str, Any] = {}
@@ -222,23 +97,22 @@ class Run:
 
     def value(self, name: str) -> Any:
         """The whole value ``name`` (input, override, once node or Collect result)."""
-        with self._lock:
-            if name in self.values:
-                return self.values[name]
-            role = self.analysis.roles.get(name)
-            if role is Role.ONCE:
-                node = self.graph.nodes[name]
-                kwargs = self._whole_args(node)
-                try:
-                    self.values[name] = node.fn(**kwargs)
-                except Exception as exc:
-                    raise _node_error(node, exc) from exc.with_traceback(user_traceback(exc.__traceback__))
-            elif role is Role.COLLECT:
-                group = self.plan.group(self.analysis.group_of[name])
-                self._run_pass(group, group.pass_of(name))
-            else:
-                raise InputError(f"'{name}' is not a whole value in this call")
+        if name in self.values:
             return self.values[name]
+        role = self.analysis.roles.get(name)
+        if role is Role.ONCE:
+            node = self.graph.nodes[name]
+            kwargs = self._whole_args(node)
+            try:
+                self.values[name] = node.fn(**kwargs)
+            except Exception as exc:
+                raise _node_error(node, exc) from exc.with_traceback(user_traceback(exc.__traceback__))
+        elif role is Role.COLLECT:
+            group = self.plan.group(self.analysis.group_of[name])
+            self._run_pass(group, group.pass_of(name))
+        else:
+            raise InputError(f"'{name}' is not a whole value in this call")
+        return self.values[name]
 
     def _whole_args(self, node: Node, skip_collect: bool = False) -> dict[str, Any]:
         kwargs = {}
@@ -259,8 +133,8 @@ class Run:
             folds = self._from_cache(group, pass_, folds)
         if not plain and not folds:
             return
-        tee = _Tee(self._chunks(group, pass_, plain, folds), readers=len(plain) + (1 if folds else 0))
-        results = _run_jobs(self._jobs(plain, folds), tee)
+        tee = Tee(self._chunks(group, pass_, plain, folds), readers=len(plain) + (1 if folds else 0))
+        results = run_jobs(self._jobs(plain, folds), tee)
         self._keep(plain, folds, results)
         if self.cache is not None and folds:
             self._to_cache(group, pass_, folds)
@@ -280,8 +154,8 @@ class Run:
                 folds.append(FoldSpec(c, node.collect_params[0].name, node.reducer, options))
         return plain, folds
 
-    def _jobs(self, plain: Sequence[Node], folds: Sequence[FoldSpec]) -> list[Callable[[_Tee, int], Any]]:
-        jobs: list[Callable[[_Tee, int], Any]] = [
+    def _jobs(self, plain: Sequence[Node], folds: Sequence[FoldSpec]) -> list[Callable[[Tee, int], Any]]:
+        jobs: list[Callable[[Tee, int], Any]] = [
             functools.partial(_call_collect, node, self._whole_args(node, skip_collect=True)) for node in plain
         ]
         if folds:
@@ -316,7 +190,6 @@ class Run:
 
     def _cache_key(self, group: GroupPlan, pass_: PassPlan, folds: Sequence[FoldSpec]) -> str | None:
         """The key of a pass's reductions, or None when the pass cannot be cached."""
-        source = self.graph.nodes[group.source]
         if group.kind == "sequential" or self.analysis.closes.get(group.source):
             return None  # endless streams and sources fed by another group are not fingerprinted
         if self._keys.get((group.source, pass_.number)) is None:
@@ -411,11 +284,11 @@ class Run:
         pass_ = group.pass_of(source.name)
         plain, folds = self._consumers(pass_, exclude=source.name)
         jobs = self._jobs(plain, folds)
-        tee = _Tee(self._chunks(group, pass_, [source, *plain], folds), readers=1 + len(jobs))
-        threads = [_JobThread(job, tee, i + 1) for i, job in enumerate(jobs)]
+        tee = Tee(self._chunks(group, pass_, [source, *plain], folds), readers=1 + len(jobs))
+        threads = [JobThread(job, tee, i + 1) for i, job in enumerate(jobs)]
         for t in threads:
             t.start()
-        kwargs = {**kwargs, **_collect_iterables(source, tee, 0)}
+        kwargs = {**kwargs, **collect_iterables(source, tee, 0)}
 
         def cleanup() -> None:
             tee.close(0)
@@ -440,16 +313,16 @@ class Run:
         sequential = group.kind == "sequential"
         try:
             if sequential:
-                for indices, chunk in _chunked(items, lambda: 1):
+                for indices, chunk in chunked(items, lambda: 1):
                     yield self._checked(group, pass_, run_chunk(nodes, spec, whole, indices, chunk))
                 return
             inline = isinstance(self.executor, InlineExecutor) or not spec.computes
-            sizer = _ChunkSizer(
-                self.chunk_size, _INLINE_MAX_CHUNK if inline else _MAX_CHUNK, BLOCK if spec.folds else 1
+            sizer = ChunkSizer(
+                self.chunk_size, _INLINEMAX_CHUNK if inline else MAX_CHUNK, BLOCK if spec.folds else 1
             )
             if inline:
                 # Also when the pass computes nothing per sample: items need no round trip.
-                for indices, chunk in _chunked(items, sizer.next_size):
+                for indices, chunk in chunked(items, sizer.next_size):
                     result = self._checked(group, pass_, run_chunk(nodes, spec, whole, indices, chunk))
                     sizer.observe(result, chunk)
                     del chunk
@@ -463,7 +336,7 @@ class Run:
             in_flight: deque[list[Any]] = deque()
 
             def tasks() -> Iterator[tuple[bytes, bytes, bytes, list[int], list[Any]]]:
-                for idx, chunk in _chunked(items, sizer.next_size):
+                for idx, chunk in chunked(items, sizer.next_size):
                     in_flight.append(chunk)
                     yield key, program, ctx, idx, chunk
 
@@ -584,90 +457,13 @@ def _nothing() -> None:
     return None
 
 
-def _chunked(items: Iterator[Any], size: Callable[[], int]) -> Iterator[tuple[list[int], list[Any]]]:
-    start = 0
-    while True:
-        chunk = list(islice(items, size()))
-        if not chunk:
-            return
-        yield list(range(start, start + len(chunk))), chunk
-        start += len(chunk)
-
-
-class _ChunkSizer:
-    """Chooses how many samples go in the next chunk.
-
-    Chunks start small and double while one takes less than about 50 ms, so tiny samples
-    amortise the per-chunk cost and slow samples still spread over the workers early; a
-    chunk is also kept under about 8 MB (estimated from the first sample of each column),
-    so large samples (decoded media, 1 MB blobs) do not pile up in memory.
-    """
-
-    def __init__(self, fixed: int | None, limit: int, align: int = 1):
-        self.fixed = fixed
-        self.limit = limit
-        self.align = align
-        self.size = fixed or max(_MIN_CHUNK, align)
-
-    def next_size(self) -> int:
-        return self.size
-
-    def observe(self, result: ChunkResult, items: list[Any]) -> None:
-        n = len(items)
-        if self.fixed or n == 0:
-            return
-        per_sample = approx_bytes(items[0]) + sum(
-            approx_bytes(col[0]) for col in result.columns.values() if len(col)
-        )
-        cap = max(1, _TARGET_BYTES // max(per_sample, 1))
-        if result.seconds < _TARGET_SECONDS and n >= self.size:
-            self.size = min(self.size * 2, self.limit)
-        # Reductions fold whole blocks where the samples are: keep chunks block-aligned.
-        self.size = max(self.align, min(self.size, cap) // self.align * self.align)
-
-
-def approx_bytes(value: Any) -> int:
-    """A cheap estimate of the memory a value holds (buffers of arrays and tensors included)."""
-    if isinstance(value, (bytes, bytearray, str, memoryview)):
-        return len(value)
-    nbytes = getattr(value, "nbytes", None)  # numpy arrays, torch tensors (torch >= 2.1)
-    if isinstance(nbytes, int):
-        return nbytes
-    if isinstance(value, (list, tuple)) and value:
-        return 56 + len(value) * approx_bytes(value[0])
-    if isinstance(value, dict) and value:
-        k, v = next(iter(value.items()))
-        return 232 + len(value) * (approx_bytes(k) + approx_bytes(v))
-    return sys.getsizeof(value, 64)
-
-
 def _node_error(node: Node, exc: BaseException) -> NodeError:
     return NodeError(node.name, node.location, describe(exc))
 
 
-class _JobThread(threading.Thread):
-    """Runs one consumer of a shared stream on its reader; keeps its result or error."""
-
-    def __init__(self, job: Callable[[_Tee, int], Any], tee: _Tee, r: int):
-        super().__init__(name=f"flowdata-consumer-{r}", daemon=True)
-        self.job, self.tee, self.r = job, tee, r
-        self.result: Any = None
-        self.error: BaseException | None = None
-
-    def run(self) -> None:
-        try:
-            self.result = self.job(self.tee, self.r)
-        except BaseException as exc:
-            self.error = exc
-
-    def reraise(self) -> None:
-        if self.error is not None:
-            raise self.error
-
-
-def _call_collect(node: Node, args: dict[str, Any], tee: _Tee, r: int) -> Any:
+def _call_collect(node: Node, args: dict[str, Any], tee: Tee, r: int) -> Any:
     try:
-        return node.fn(**args, **_collect_iterables(node, tee, r))
+        return node.fn(**args, **collect_iterables(node, tee, r))
     except FlowdataError:
         raise
     except Exception as exc:
@@ -676,7 +472,7 @@ def _call_collect(node: Node, args: dict[str, Any], tee: _Tee, r: int) -> Any:
         tee.close(r)
 
 
-def _reduce_all(folders: list[Folder], tee: _Tee, r: int) -> dict[str, Any]:
+def _reduce_all(folders: list[Folder], tee: Tee, r: int) -> dict[str, Any]:
     """Reads every chunk of the pass (reductions never stop early) into the folders."""
     try:
         while (chunk := tee.next(r)) is not None:
@@ -694,21 +490,3 @@ def _result_of(node: Node, reducer: Any) -> Any:
         raise _node_error(node, exc) from exc.with_traceback(user_traceback(exc.__traceback__))
 
 
-def _run_jobs(jobs: list[Callable[[_Tee, int], Any]], tee: _Tee) -> list[Any]:
-    """Runs the first job in this thread and the others in their own threads."""
-    threads = [_JobThread(job, tee, i + 1) for i, job in enumerate(jobs[1:])]
-    for t in threads:
-        t.start()
-    first_error: BaseException | None = None
-    first: Any = None
-    try:
-        first = jobs[0](tee, 0)
-    except BaseException as exc:
-        first_error = exc
-    for t in threads:
-        t.join()
-    if first_error is not None:
-        raise first_error
-    for t in threads:
-        t.reraise()
-    return [first, *(t.result for t in threads)]
