@@ -13,6 +13,7 @@ process and keeps them.
 
 from __future__ import annotations
 
+import bisect
 import os
 import pickle
 import time
@@ -97,9 +98,12 @@ class Failure:
 class ChunkResult:
     """The wanted columns of a chunk, or the failure that stopped it.
 
-    For each reduction, ``folds`` holds one reducer per fold block lying wholly in the
-    chunk, and ``loose`` the values of the samples outside those blocks (the main
-    process completes those blocks, so the arithmetic never depends on chunking).
+    ``indices`` are the samples delivered (skipped ones left out); ``span`` is the range of
+    sample indices the chunk covered. For each reduction, ``folds`` holds one reducer per
+    fold block lying wholly in the span, and ``loose`` the (indices, values) of the samples
+    outside those blocks (the main process completes those blocks, so the arithmetic never
+    depends on chunking). ``skipped`` lists the samples left out under ``on_error="skip"``;
+    ``node_seconds`` the time spent in each node.
     """
 
     indices: Sequence[int]
@@ -108,7 +112,10 @@ class ChunkResult:
     seconds: float = 0.0
     worker: str = "main"
     folds: dict[str, list[tuple[int, Any]]] = field(default_factory=dict)
-    loose: dict[str, list[Any]] = field(default_factory=dict)
+    loose: dict[str, tuple[list[int], list[Any]]] = field(default_factory=dict)
+    span: tuple[int, int] = (0, 0)
+    skipped: list[Failure] = field(default_factory=list)
+    node_seconds: dict[str, float] = field(default_factory=dict)
 
 
 def _call_kw(fn: Callable[..., Any], names: tuple[str, ...], values: tuple[Any, ...]) -> Any:
@@ -122,6 +129,7 @@ def run_chunk(
     indices: Sequence[int],
     items: Sequence[Any],
     worker: str = "main",
+    skip: bool = False,
 ) -> ChunkResult:
     """Computes ``spec.computes`` for every sample of the chunk.
 
@@ -129,13 +137,45 @@ def run_chunk(
         nodes: Nodes by name.
         spec: The pass.
         whole: Whole values the pass reads (once nodes, inputs, Collect results).
-        indices: Sample indices of the chunk.
+        indices: Sample indices of the chunk, ascending.
         items: Source items, aligned with ``indices``.
         worker: Name of the process, for error messages.
+        skip: Leave out a sample whose node raises (recorded in ``skipped``) instead of
+            stopping at it.
     """
     t0 = time.perf_counter()
+    span = (indices[0], indices[0] + len(indices)) if len(indices) else (0, 0)
+    skipped: list[Failure] = []
+    while True:
+        result = _compute(nodes, spec, whole, indices, items, worker)
+        if result.failure is None or not skip:
+            break
+        # Leave the failing sample out and compute the chunk again without it.
+        pos = list(indices).index(result.failure.index)
+        skipped.append(result.failure)
+        indices = [*indices[:pos], *indices[pos + 1 :]]
+        items = [*items[:pos], *items[pos + 1 :]]
+    result.span, result.skipped = span, skipped
+    if spec.folds and result.failure is None:
+        _fold(spec, result.columns, indices, result)
+        for fold in spec.folds:
+            if fold.column not in spec.want:
+                result.columns.pop(fold.column, None)
+    result.seconds = time.perf_counter() - t0
+    return result
+
+
+def _compute(
+    nodes: Mapping[str, Node],
+    spec: PassSpec,
+    whole: Mapping[str, Any],
+    indices: Sequence[int],
+    items: Sequence[Any],
+    worker: str,
+) -> ChunkResult:
     n = len(items)
     cols: dict[str, Sequence[Any]] = {spec.group: items, "sample_index": indices}
+    timing: dict[str, float] = {}
     for name in spec.computes:
         node = nodes[name]
         args: list[Any] = []
@@ -150,6 +190,7 @@ def run_chunk(
             else:
                 args.append(repeat(p.default, n))
         out: list[Any] = []
+        t = time.perf_counter()
         try:
             if node.positional_call:
                 out.extend(map(node.fn, *args))
@@ -169,32 +210,26 @@ def run_chunk(
                 error=exc,
                 traceback_text="".join(traceback.format_exception(type(exc), exc, exc.__traceback__)),
             )
-            return ChunkResult(indices, {}, failure, time.perf_counter() - t0, worker)
+            return ChunkResult(indices, {}, failure, 0.0, worker)
+        timing[name] = time.perf_counter() - t
         cols[name] = out
-    result = ChunkResult(
-        indices,
-        {w: list(cols[w]) if w == spec.group else cols[w] for w in spec.want},  # type: ignore[misc]
-        None,
-        0.0,
-        worker,
-    )
-    if spec.folds and n:
-        _fold(spec, cols, indices, result)
-    result.seconds = time.perf_counter() - t0
-    return result
+    wanted = set(spec.want) | {f.column for f in spec.folds}
+    columns = {w: list(cols[w]) if w == spec.group else cols[w] for w in wanted}
+    return ChunkResult(indices, columns, None, 0.0, worker, node_seconds=timing)  # type: ignore[arg-type]
 
 
 def _fold(spec: PassSpec, cols: Mapping[str, Sequence[Any]], indices: Sequence[int], result: ChunkResult) -> None:
-    start = indices[0]
-    blocks = block_span(start, start + len(indices))
-    lo, hi = (blocks.start * BLOCK - start, blocks.stop * BLOCK - start) if blocks else (0, 0)
+    blocks = block_span(*result.span)
+    # Positions of the samples inside whole blocks: indices are ascending, gaps are skips.
+    lo = bisect.bisect_left(indices, blocks.start * BLOCK) if blocks else 0
+    hi = bisect.bisect_left(indices, blocks.stop * BLOCK) if blocks else 0
     for fold in spec.folds:
         values = cols[fold.column]
         states = []
         for b in blocks:
-            a = b * BLOCK - start
+            a, z = bisect.bisect_left(indices, b * BLOCK), bisect.bisect_left(indices, (b + 1) * BLOCK)
             try:
-                states.append((b, fold_values(fold.fresh(), values[a : a + BLOCK])))
+                states.append((b, fold_values(fold.fresh(), values[a:z])))
             except Exception as exc:
                 exc.__traceback__ = user_traceback(exc.__traceback__)
                 result.failure = Failure(
@@ -209,7 +244,10 @@ def _fold(spec: PassSpec, cols: Mapping[str, Sequence[Any]], indices: Sequence[i
                 )
                 return
         result.folds[fold.node] = states
-        result.loose[fold.node] = [*values[:lo], *values[hi:]] if blocks else list(values)
+        result.loose[fold.node] = (
+            [*indices[:lo], *indices[hi:]],
+            [*values[:lo], *values[hi:]],
+        )
 
 
 # --- worker side -------------------------------------------------------------------------

@@ -10,10 +10,9 @@ same whatever the chunking or the number of workers: results are bitwise identic
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any
 
-from flowdata.chunk import ChunkResult, FoldSpec, block_span
+from flowdata.chunk import ChunkResult, FoldSpec
 from flowdata.reduce import BLOCK, fold_values
 
 __all__ = ["Folder"]
@@ -31,21 +30,15 @@ class Folder:
 
     def add(self, chunk: ChunkResult) -> None:
         """Takes the folds and loose values of one chunk (chunks in sample order)."""
-        indices = chunk.indices
-        if not len(indices):
-            return
         for b, reducer in chunk.folds.get(self.spec.node, ()):
             self._ready[b] = reducer
-        start, stop = indices[0], indices[0] + len(indices)
-        blocks = block_span(start, stop)
-        loose_indices: Sequence[int] = (
-            [*range(start, blocks.start * BLOCK), *range(blocks.stop * BLOCK, stop)] if blocks else range(start, stop)
-        )
-        for i, value in zip(loose_indices, chunk.loose.get(self.spec.node, ()), strict=True):
-            b = i // BLOCK
-            pending = self._pending.setdefault(b, [])
-            pending.append(value)
-            if len(pending) == BLOCK:
+        indices, values = chunk.loose.get(self.spec.node, ((), ()))
+        for i, value in zip(indices, values, strict=True):
+            self._pending.setdefault(i // BLOCK, []).append(value)
+        # A block is complete once a chunk has covered its last index (skipped samples
+        # leave gaps, so blocks are not counted by their number of values).
+        for b in sorted(self._pending):
+            if (b + 1) * BLOCK <= chunk.span[1]:
                 self._ready[b] = fold_values(self.spec.fresh(), self._pending.pop(b))
         self._advance()
 

@@ -5,7 +5,8 @@ is fixed); ``pixels`` decodes one with PIL into a float32 ``[3, H, W]`` array in
 ``[0, 1]``; ``pixel_stats`` is a reduction: flowdata folds the decoded images into a
 per-channel :class:`~flowdata.stats.Welford` inside the workers (``dim=(1, 2)`` reduces
 height and width of each value; the sample axis is always reduced), so no decoded image
-travels back to the main process.
+travels back to the main process. ``pixel_count`` is the same pass without a reduction
+(a plain Collect node that counts), to show what folding costs.
 """
 
 from __future__ import annotations
@@ -36,3 +37,8 @@ def pixels(path: str) -> np.ndarray:
 def pixel_stats(pixels: Collect[np.ndarray]) -> Stats:
     """Per-channel mean, std, var, min, max and count over every pixel of every image."""
     raise AssertionError("the body of a reduction is not called")
+
+
+def pixel_count(pixels: Collect[np.ndarray]) -> int:
+    """How many images were decoded: the same pass without a reduction (for comparison)."""
+    return sum(1 for _ in pixels)
