@@ -14,6 +14,7 @@ from flowdata.errors import FlowdataError, GraphError, GraphProblem, InputError,
 from flowdata.executors import Executor, InlineExecutor, ProcessExecutor
 from flowdata.plan import Plan
 from flowdata.reduce import reduce
+from flowdata.report import Report, Skip, TooManySkipped
 from flowdata.types import Collect, Parallel, Sequential
 
 __all__ = [
@@ -30,8 +31,11 @@ __all__ = [
     "Parallel",
     "Plan",
     "ProcessExecutor",
+    "Report",
     "SampleError",
     "Sequential",
+    "Skip",
+    "TooManySkipped",
     "reduce",
 ]
 

@@ -14,6 +14,7 @@ process and keeps them.
 from __future__ import annotations
 
 import bisect
+import dataclasses
 import os
 import pickle
 import time
@@ -130,6 +131,7 @@ def run_chunk(
     items: Sequence[Any],
     worker: str = "main",
     skip: bool = False,
+    span: tuple[int, int] | None = None,
 ) -> ChunkResult:
     """Computes ``spec.computes`` for every sample of the chunk.
 
@@ -142,9 +144,11 @@ def run_chunk(
         worker: Name of the process, for error messages.
         skip: Leave out a sample whose node raises (recorded in ``skipped``) instead of
             stopping at it.
+        span: The range of sample indices the chunk covers (default: ``indices``'s).
     """
     t0 = time.perf_counter()
-    span = (indices[0], indices[0] + len(indices)) if len(indices) else (0, 0)
+    if span is None:
+        span = (indices[0], indices[-1] + 1) if len(indices) else (0, 0)
     skipped: list[Failure] = []
     while True:
         result = _compute(nodes, spec, whole, indices, items, worker)
@@ -256,14 +260,14 @@ _CONTEXTS: dict[bytes, tuple[Mapping[str, Node], PassSpec, Mapping[str, Any]]] =
 _PROGRAMS: dict[bytes, Mapping[str, Node]] = {}
 
 
-def worker_task(task: tuple[bytes, bytes, bytes, Sequence[int], Sequence[Any]]) -> ChunkResult:
+def worker_task(task: tuple[bytes, bytes, bytes, tuple[int, int], Sequence[int], Sequence[Any], bool]) -> ChunkResult:
     """Runs one chunk in a worker process.
 
-    ``task`` is ``(context key, program bytes, context bytes, indices, items)``. The program
-    (module references and config) is loaded once per worker; the context (pass and whole
-    values) is unpickled once per pass.
+    ``task`` is ``(context key, program bytes, context bytes, span, indices, items, skip)``.
+    The program (module references and config) is loaded once per worker; the context
+    (pass and whole values) is unpickled once per pass.
     """
-    key, program_bytes, ctx_bytes, indices, items = task
+    key, program_bytes, ctx_bytes, span, indices, items, skip = task
     ctx = _CONTEXTS.get(key)
     if ctx is None:
         nodes = _PROGRAMS.get(program_bytes)
@@ -277,11 +281,18 @@ def worker_task(task: tuple[bytes, bytes, bytes, Sequence[int], Sequence[Any]]) 
             _CONTEXTS.pop(next(iter(_CONTEXTS)))
         ctx = _CONTEXTS[key] = (nodes, spec, whole)
     nodes, spec, whole = ctx
-    result = run_chunk(nodes, spec, whole, indices, items, worker=f"pid {os.getpid()}")
-    if result.failure is not None and result.failure.error is not None:
-        try:
-            pickle.dumps(result.failure.error)
-        except Exception:  # an unpicklable exception still reaches the user as text
-            f = result.failure
-            result.failure = Failure(f.node, f.location, f.index, f.item, f.detail, None, f.traceback_text)
+    result = run_chunk(nodes, spec, whole, indices, items, worker=f"pid {os.getpid()}", skip=skip, span=span)
+    result.failure = _portable(result.failure)
+    result.skipped = [f for f in map(_portable, result.skipped) if f is not None]
     return result
+
+
+def _portable(f: Failure | None) -> Failure | None:
+    """The failure, with its exception dropped if it cannot travel back (its text stays)."""
+    if f is None or f.error is None:
+        return f
+    try:
+        pickle.dumps(f.error)
+    except Exception:
+        return dataclasses.replace(f, error=None)
+    return f

@@ -21,6 +21,7 @@ from flowdata.executors import resolve_executor
 from flowdata.graph import Graph
 from flowdata.node import Node, Role
 from flowdata.plan import Analysis, Plan, analyze, make_plan
+from flowdata.report import Report
 from flowdata.typecheck import check_edges, check_reductions
 
 __all__ = ["Builder", "Driver", "UnreadInputWarning", "compile_modules", "load_module"]
@@ -197,6 +198,9 @@ class Driver:
         *,
         chunk_size: int | None = None,
         cache_dir: str | os.PathLike[str] | None = None,
+        on_error: str = "raise",
+        max_skipped: int | float | None = None,
+        report: Report | None = None,
     ) -> dict[str, Any]:
         """Computes whole values: once nodes, Collect nodes and inputs.
 
@@ -209,12 +213,21 @@ class Driver:
             chunk_size: Samples per chunk sent to the executor (default: adaptive).
             cache_dir: Keep reduction results here; a later call whose pass has the same
                 fingerprint (items, code, inputs, config) loads them and skips the pass.
+            on_error: ``"raise"`` (default) stops at the first sample whose node raises;
+                ``"skip"`` leaves that sample out of every pass alike, logs it and records
+                it in ``report``.
+            max_skipped: With ``"skip"``: raise ``TooManySkipped`` once more samples than
+                this are skipped (an int count, or a float fraction of the samples seen).
+            report: A :class:`flowdata.Report` to fill with samples seen and skipped and
+                per-node time and call counts.
 
         Raises:
             InputError: unknown output, missing input, or a per-sample output.
             SampleError: a per-sample node raised.
             NodeError: a once or Collect node raised.
         """
+        if on_error not in ("raise", "skip"):
+            raise InputError(f"on_error={on_error!r}: expected 'raise' or 'skip'")
         values = self._values(inputs, overrides)
         self._warn_unread(inputs or {})
         # An input named like a node replaces that node, exactly as an override does.
@@ -223,7 +236,10 @@ class Driver:
         ex, owned = resolve_executor(executor)
         try:
             cache = PassCache(cache_dir) if cache_dir is not None else None
-            run = Run(self.graph, self.analysis, self.program, plan, values, ex, chunk_size, cache)
+            if report is None:
+                report = Report()
+            report.max_skipped = max_skipped
+            run = Run(self.graph, self.analysis, self.program, plan, values, ex, chunk_size, cache, on_error, report)
             return {o: run.value(o) for o in plan.outputs}
         finally:
             if owned:

@@ -47,13 +47,14 @@ from flowdata.graph import Graph
 from flowdata.node import Node, Role
 from flowdata.plan import Analysis, GroupPlan, PassPlan, Plan
 from flowdata.reduce import BLOCK
+from flowdata.report import Report, Skip
 from flowdata.stream import MAX_CHUNK, ChunkSizer, JobThread, Tee, chunked, collect_iterables, run_jobs
 
 __all__ = ["Run"]
 
 _log = logging.getLogger("flowdata")
 
-_INLINEMAX_CHUNK = 512
+_INLINE_MAX_CHUNK = 512
 
 
 class Run:
@@ -68,6 +69,9 @@ class Run:
         executor: Where Parallel chunks run.
         chunk_size: Fixed samples per chunk, or None to adapt.
         cache: Where reduction results are kept between calls, or None.
+        on_error: ``"raise"`` stops at the first failing sample; ``"skip"`` leaves it out
+            of every pass alike and records it in ``report``.
+        report: Where to record samples seen and skipped, and node timings.
     """
 
     def __init__(
@@ -80,6 +84,8 @@ class Run:
         executor: Executor,
         chunk_size: int | None = None,
         cache: PassCache | None = None,
+        on_error: str = "raise",
+        report: Report | None = None,
     ):
         self.graph = graph
         self.analysis = analysis
@@ -92,6 +98,10 @@ class Run:
         self.cache = cache
         self._reducers: dict[str, Any] = {}
         self._keys: dict[tuple[str, int], str] = {}
+        self.on_error = on_error
+        self.report = report if report is not None else Report()
+        self._skips: dict[str, set[int]] = {}
+        self._logged: set[tuple[str, int]] = set()
 
     # --- whole values ---------------------------------------------------------------------
 
@@ -310,20 +320,23 @@ class Run:
         cleanup: Callable[[], None],
     ) -> Iterator[ChunkResult]:
         nodes = self.graph.nodes
-        sequential = group.kind == "sequential"
+        skip = self.on_error == "skip"
+        exclude = frozenset(self._skips.get(group.source, ()))
         try:
-            if sequential:
-                for indices, chunk in chunked(items, lambda: 1):
-                    yield self._checked(group, pass_, run_chunk(nodes, spec, whole, indices, chunk))
+            if group.kind == "sequential":
+                for span, indices, chunk in chunked(items, lambda: 1, exclude):
+                    yield self._checked(group, pass_, run_chunk(nodes, spec, whole, indices, chunk, skip=skip, span=span))
                 return
             inline = isinstance(self.executor, InlineExecutor) or not spec.computes
             sizer = ChunkSizer(
-                self.chunk_size, _INLINEMAX_CHUNK if inline else MAX_CHUNK, BLOCK if spec.folds else 1
+                self.chunk_size, _INLINE_MAX_CHUNK if inline else MAX_CHUNK, BLOCK if spec.folds else 1
             )
             if inline:
                 # Also when the pass computes nothing per sample: items need no round trip.
-                for indices, chunk in chunked(items, sizer.next_size):
-                    result = self._checked(group, pass_, run_chunk(nodes, spec, whole, indices, chunk))
+                for span, indices, chunk in chunked(items, sizer.next_size, exclude):
+                    result = self._checked(
+                        group, pass_, run_chunk(nodes, spec, whole, indices, chunk, skip=skip, span=span)
+                    )
                     sizer.observe(result, chunk)
                     del chunk
                     yield result
@@ -333,19 +346,22 @@ class Run:
             key = uuid.uuid4().bytes
             program = self._program()
             ctx = _pickled_context(remote, whole)
-            in_flight: deque[list[Any]] = deque()
+            in_flight: deque[tuple[list[int], list[Any]]] = deque()
 
-            def tasks() -> Iterator[tuple[bytes, bytes, bytes, list[int], list[Any]]]:
-                for idx, chunk in chunked(items, sizer.next_size):
-                    in_flight.append(chunk)
-                    yield key, program, ctx, idx, chunk
+            def tasks() -> Iterator[tuple[bytes, bytes, bytes, tuple[int, int], list[int], list[Any], bool]]:
+                for span, idx, chunk in chunked(items, sizer.next_size, exclude):
+                    in_flight.append((idx, chunk))
+                    yield key, program, ctx, span, idx, chunk, skip
 
             results = self.executor.map(worker_task, tasks())
             try:
                 for result in results:
-                    chunk = in_flight.popleft()
+                    idx, chunk = in_flight.popleft()
                     if spec.group in spec.want:
-                        result.columns[spec.group] = chunk
+                        kept = set(result.indices)
+                        result.columns[spec.group] = (
+                            chunk if len(kept) == len(idx) else [x for i, x in zip(idx, chunk) if i in kept]
+                        )
                     sizer.observe(result, chunk)
                     del chunk
                     yield self._checked(group, pass_, result)
@@ -371,6 +387,17 @@ class Run:
         return self._program_bytes
 
     def _checked(self, group: GroupPlan, pass_: PassPlan, result: ChunkResult) -> ChunkResult:
+        """Records a chunk in the report; raises its failure, if it has one."""
+        skips = [
+            Skip(s.index, s.item, s.node, s.detail, group.source, pass_.number) for s in result.skipped
+        ]
+        if skips:
+            self._skips.setdefault(group.source, set()).update(s.index for s in skips)
+            for s in skips:
+                if (s.group, s.index) not in self._logged:
+                    self._logged.add((s.group, s.index))
+                    _log.warning("skipped %s of group '%s' in pass %d", s, group.source, pass_.number)
+        self.report.add(group.source, len(result.indices), result.node_seconds, skips)
         f = result.failure
         if f is None:
             return result

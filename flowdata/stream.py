@@ -154,14 +154,26 @@ def collect_iterables(node: Node, tee: Tee, r: int) -> dict[str, Iterator[Any]]:
     return {p.name: lock.column(p.name) for p in params}
 
 
-def chunked(items: Iterator[Any], size: Callable[[], int]) -> Iterator[tuple[list[int], list[Any]]]:
+def chunked(
+    items: Iterator[Any], size: Callable[[], int], exclude: frozenset[int] = frozenset()
+) -> Iterator[tuple[tuple[int, int], list[int], list[Any]]]:
+    """Cuts items into runs of consecutive sample indices: ``(span, indices, items)``.
+
+    Samples whose index is in ``exclude`` (skipped in an earlier pass) are left out of
+    ``indices`` and ``items`` but stay inside ``span``, so blocks keep their boundaries.
+    """
     start = 0
     while True:
         chunk = list(islice(items, size()))
         if not chunk:
             return
-        yield list(range(start, start + len(chunk))), chunk
-        start += len(chunk)
+        stop = start + len(chunk)
+        if exclude:
+            kept = [(i, x) for i, x in zip(range(start, stop), chunk, strict=True) if i not in exclude]
+            yield (start, stop), [i for i, _ in kept], [x for _, x in kept]
+        else:
+            yield (start, stop), list(range(start, stop)), chunk
+        start = stop
 
 
 class ChunkSizer:

@@ -494,3 +494,54 @@ def test_run_sample_item_of_a_later_pass_needs_the_sources_inputs(make_module: C
         dr.run_sample(["centered"], item=3)
     mean = sum(i * i + 1 for i in range(4)) / 4
     assert dr.run_sample(["centered"], item=3, inputs={"n": 4}) == {"centered": 10 - mean}
+
+
+SKIPPY = """
+from flowdata import Collect, Parallel, reduce
+from flowdata.stats import Count
+CALLS = {"checked": 0}
+def item(n: int) -> Parallel[int]:
+    yield from range(n)
+def checked(item: int) -> int:
+    CALLS["checked"] += 1
+    if item % 10 == 3:
+        raise ValueError(f"bad {item}")
+    return item
+def total(checked: Collect[int]) -> int:
+    return sum(checked)
+@reduce(Count)
+def count(checked: Collect[int]) -> int: ...
+def mean(total: int, count: int) -> float:
+    return total / count
+def centered(item: int, mean: float) -> float:
+    return item - mean
+@reduce(Count)
+def n_centered(centered: Collect[float]) -> int: ...
+"""
+
+
+@pytest.mark.parametrize("executor", ["inline", "processes"])
+def test_skip_leaves_bad_samples_out_of_every_pass(make_module: Callable[[str], Any], executor: str, caplog: pytest.LogCaptureFixture) -> None:
+    m = make_module(SKIPPY)
+    dr = fd.Builder().with_modules(m).build()
+    report = fd.Report()
+    out = dr.execute(["total", "count", "n_centered"], inputs={"n": 100}, on_error="skip", report=report, executor=executor, chunk_size=16)
+    good = [i for i in range(100) if i % 10 != 3]
+    # 'centered' itself never fails, yet the samples skipped in pass 1 are left out of pass 2.
+    assert out == {"total": sum(good), "count": 90, "n_centered": 90}
+    assert [s.index for s in report.skipped] == [i for i in range(100) if i % 10 == 3]
+    first = report.skipped[0]
+    assert (first.node, first.item, first.error, first.group, first.pass_) == ("checked", "3", "ValueError: bad 3", "item", 1)
+    assert report.node_calls["checked"] >= 90 and report.node_seconds["checked"] >= 0.0
+    assert any("skipped sample 3 (3) at node 'checked': ValueError: bad 3" in r.getMessage() for r in caplog.records)
+
+
+def test_too_many_skipped(make_module: Callable[[str], Any]) -> None:
+    dr = fd.Builder().with_modules(make_module(SKIPPY)).build()
+    with pytest.raises(fd.TooManySkipped, match=r"\d+ samples skipped, more than max_skipped=3:\n  sample 3 \(3\) at node 'checked'"):
+        dr.execute(["total"], inputs={"n": 100}, on_error="skip", max_skipped=3)
+    with pytest.raises(fd.TooManySkipped, match=r"more than max_skipped=5.0% of"):
+        dr.execute(["total"], inputs={"n": 100}, on_error="skip", max_skipped=0.05)
+    assert dr.execute(["total"], inputs={"n": 100}, on_error="skip", max_skipped=0.2)["total"] > 0
+    with pytest.raises(fd.InputError, match=r"on_error='ignore': expected 'raise' or 'skip'"):
+        dr.execute(["total"], inputs={"n": 1}, on_error="ignore")

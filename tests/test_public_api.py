@@ -23,8 +23,11 @@ def test_public_names_are_pinned() -> None:
         "Parallel",
         "Plan",
         "ProcessExecutor",
+        "Report",
         "SampleError",
         "Sequential",
+        "Skip",
+        "TooManySkipped",
         "reduce",
     ]
     for name in flowdata.__all__:

@@ -1,0 +1,113 @@
+"""What a run did: samples seen and skipped (with reasons), time and calls per node.
+
+``execute(..., on_error="skip")`` and the training iterator fill a :class:`Report`;
+``loader.report`` and ``Driver.last_report`` expose it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
+
+from flowdata.errors import FlowdataError
+
+__all__ = ["Report", "Skip", "TooManySkipped"]
+
+
+class TooManySkipped(FlowdataError):
+    """More samples were skipped than ``max_skipped`` allows."""
+
+
+@dataclass(frozen=True)
+class Skip:
+    """One sample left out under ``on_error="skip"``.
+
+    Attributes:
+        index: Sample index in its group.
+        item: Short repr of the source item.
+        node: The node that raised.
+        error: ``Type: message`` of the exception.
+        group: The group.
+        pass_: The pass (or ``0`` for the training iterator's epochs).
+    """
+
+    index: int
+    item: str
+    node: str
+    error: str
+    group: str
+    pass_: int
+
+    def __str__(self) -> str:
+        return f"sample {self.index} ({self.item}) at node '{self.node}': {self.error}"
+
+
+@dataclass
+class Report:
+    """Counts and timings of a run. Mutable: a run adds to it as chunks arrive.
+
+    Attributes:
+        seen: Samples computed, per group.
+        skipped: Samples left out, in the order they were found.
+        node_seconds: Time spent in each per-sample node (summed over workers).
+        node_calls: Samples each per-sample node ran for.
+        max_skipped: The limit: a count (int) or a fraction of the samples seen (float).
+    """
+
+    seen: dict[str, int] = field(default_factory=dict)
+    skipped: list[Skip] = field(default_factory=list)
+    node_seconds: dict[str, float] = field(default_factory=dict)
+    node_calls: dict[str, int] = field(default_factory=dict)
+    max_skipped: int | float | None = None
+
+    def add(self, group: str, delivered: int, node_seconds: dict[str, float], skips: list[Skip]) -> None:
+        """Adds one chunk's figures; raises :class:`TooManySkipped` past the limit."""
+        self.seen[group] = self.seen.get(group, 0) + delivered + len(skips)
+        for name, seconds in node_seconds.items():
+            self.node_seconds[name] = self.node_seconds.get(name, 0.0) + seconds
+            self.node_calls[name] = self.node_calls.get(name, 0) + delivered
+        known = {(s.group, s.index) for s in self.skipped}
+        self.skipped.extend(s for s in skips if (s.group, s.index) not in known)
+        if skips:
+            self.check(total=None)
+
+    def check(self, total: int | None) -> None:
+        """Raises when the skips exceed ``max_skipped`` (a fraction is of ``total`` when given,
+        else of the samples seen so far, once at least 1/fraction samples were seen)."""
+        limit = self.max_skipped
+        if limit is None or not self.skipped:
+            return
+        n = len(self.skipped)
+        if isinstance(limit, float):
+            base = total if total is not None else sum(self.seen.values())
+            if total is None and base * limit < 1:
+                return  # too few samples yet to judge a fraction
+            over = n > limit * base
+            what = f"{limit:.1%} of {base} samples"
+        else:
+            over = n > limit
+            what = f"{limit}"
+        if over:
+            first = "\n".join(f"  {s}" for s in self.skipped[:5])
+            raise TooManySkipped(
+                f"{n} samples skipped, more than max_skipped={what}:\n{first}"
+                + ("\n  ..." if n > 5 else "")
+                + "\n  fix: repair the data, or raise max_skipped if these losses are acceptable"
+            )
+
+    def summary(self) -> str:
+        """One line: samples seen and skipped, and the slowest nodes."""
+        seen = sum(self.seen.values())
+        slow = sorted(self.node_seconds.items(), key=lambda kv: -kv[1])[:3]
+        timing = ", ".join(f"{name} {sec:.3f}s" for name, sec in slow)
+        return f"{seen} samples, {len(self.skipped)} skipped" + (f"; slowest: {timing}" if timing else "")
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain data (for logs and the picture overlay)."""
+        return {
+            "seen": dict(self.seen),
+            "skipped": [dataclasses.asdict(s) for s in self.skipped],
+            "node_seconds": dict(self.node_seconds),
+            "node_calls": dict(self.node_calls),
+        }
