@@ -247,6 +247,128 @@ class Driver:
                 if close is not None:
                     close()
 
+    def _loader_parts(
+        self,
+        outputs: Iterable[str],
+        inputs: Mapping[str, Any] | None,
+        *,
+        num_workers: int,
+        seed: int,
+        on_error: str,
+        max_skipped: int | float | None,
+        cache_dir: str | os.PathLike[str] | None,
+        collate_fn: Callable[[list[dict[str, Any]]], Any] | None,
+        progress: bool,
+        multiprocessing_context: Any,
+    ) -> tuple[Any, list[int], dict[str, Any], Report]:
+        from flowdata.executors import InlineExecutor, ProcessExecutor
+        from flowdata.loader import prepare
+
+        outputs = tuple(outputs)
+        if on_error not in ("raise", "skip"):
+            raise InputError(f"on_error={on_error!r}: expected 'raise' or 'skip'")
+        values = self._values(inputs, None)
+        self._warn_unread(inputs or {})
+        plan = make_plan(self.graph, self.analysis, outputs, set(values), allow_per_sample=True)
+        whole_outputs = [o for o in outputs if not self.analysis.per_sample(o)]
+        if whole_outputs or not outputs:
+            raise InputError(
+                "dataloader() yields per-sample values, but "
+                + (f"{', '.join(repr(o) for o in whole_outputs)} {'is a whole value' if len(whole_outputs) == 1 else 'are whole values'}" if whole_outputs else "no output was asked for")
+                + "\n  fix: ask for per-sample nodes of one group; compute whole values with execute()"
+            )
+        group = plan.group(self.analysis.group_of[outputs[0]])
+        if group.kind == "sequential":
+            raise InputError(
+                f"group '{group.source}' is Sequential: its samples must be processed in order, "
+                "which a map-style loader does not do\n"
+                "  fix: make the source Parallel, or iterate it with execute() and a Collect node"
+            )
+        pass_ = next(p for p in group.passes if p.outputs)
+        report = Report(max_skipped=max_skipped)
+        executor: Any = InlineExecutor()
+        if num_workers > 0:
+            method = getattr(multiprocessing_context, "get_start_method", lambda: multiprocessing_context)()
+            executor = ProcessExecutor(num_workers, start_method=method)
+        try:
+            run = Run(self.graph, self.analysis, self.program, plan, values, executor,
+                      cache=PassCache(cache_dir) if cache_dir is not None else None, on_error=on_error, report=report)
+            dataset, indices, stats = prepare(
+                run, group, pass_, outputs,
+                cache_dir=os.fspath(cache_dir) if cache_dir is not None else None,
+                seed=seed, skip=on_error == "skip", collate_fn=collate_fn, progress=progress,
+            )
+        finally:
+            close = getattr(executor, "close", None)
+            if close is not None:
+                close()
+        return dataset, indices, stats, report
+
+    @_public
+    def dataset(
+        self,
+        outputs: Iterable[str],
+        inputs: Mapping[str, Any] | None = None,
+        *,
+        seed: int = 0,
+        on_error: str = "raise",
+        cache_dir: str | os.PathLike[str] | None = None,
+    ) -> Any:
+        """The torch ``Dataset`` under ``dataloader()``: ``dataset[i]`` is sample ``i``'s
+        outputs (statistics of earlier passes computed first, inline)."""
+        dataset, _, _, _ = self._loader_parts(
+            outputs, inputs, num_workers=0, seed=seed, on_error=on_error, max_skipped=None,
+            cache_dir=cache_dir, collate_fn=None, progress=False, multiprocessing_context=None,
+        )
+        return dataset
+
+    @_public
+    def dataloader(
+        self,
+        outputs: Iterable[str],
+        inputs: Mapping[str, Any] | None = None,
+        *,
+        batch_size: int = 1,
+        shuffle: bool = False,
+        seed: int = 0,
+        num_workers: int = 0,
+        prefetch_factor: int | None = 2,
+        pin_memory: bool = False,
+        drop_last: bool = False,
+        persistent_workers: bool = False,
+        collate_fn: Callable[[list[dict[str, Any]]], Any] | None = None,
+        on_error: str = "raise",
+        max_skipped: int | float | None = None,
+        cache_dir: str | os.PathLike[str] | None = None,
+        rank: int | None = None,
+        world_size: int | None = None,
+        multiprocessing_context: Any = None,
+        progress: bool = False,
+        worker_init_fn: Callable[[int], None] | None = None,
+    ) -> Any:
+        """A ``flowdata.DataLoader`` (a ``torch.utils.data.DataLoader``) over per-sample outputs.
+
+        The statistics the outputs need (Collect results of earlier passes) are computed
+        first, with ``num_workers`` worker processes, and kept in ``loader.stats``. Then each
+        batch is computed in a DataLoader worker, column by column, and arrives as a dict
+        keyed by output name. See docs/training.md.
+        """
+        from flowdata.loader import DataLoader, EpochBatches
+
+        rank, world_size = _ranks(rank, world_size)
+        dataset, indices, stats, report = self._loader_parts(
+            outputs, inputs, num_workers=num_workers, seed=seed, on_error=on_error, max_skipped=max_skipped,
+            cache_dir=cache_dir, collate_fn=collate_fn, progress=progress,
+            multiprocessing_context=multiprocessing_context,
+        )
+        sampler = EpochBatches(indices, batch_size, shuffle=shuffle, seed=seed, rank=rank,
+                               world_size=world_size, drop_last=drop_last)
+        return DataLoader(
+            dataset, sampler, num_workers=num_workers, prefetch_factor=prefetch_factor, pin_memory=pin_memory,
+            persistent_workers=persistent_workers, multiprocessing_context=multiprocessing_context,
+            worker_init_fn=worker_init_fn, stats=stats, report=report, progress=progress,
+        )
+
     @_public
     def run_sample(
         self,
@@ -297,3 +419,14 @@ class Driver:
         pass_ = next(p for p in group.passes if p.outputs)
         run = Run(self.graph, self.analysis, self.program, plan, values, resolve_executor(None)[0])
         return run.sample(group, pass_, index, item, item is not _MISSING)
+
+
+def _ranks(rank: int | None, world_size: int | None) -> tuple[int, int]:
+    """``rank``/``world_size`` as given, else from ``torch.distributed`` when initialised."""
+    if rank is None or world_size is None:
+        import torch.distributed as dist
+
+        if dist.is_available() and dist.is_initialized():
+            rank = dist.get_rank() if rank is None else rank
+            world_size = dist.get_world_size() if world_size is None else world_size
+    return (rank or 0), (world_size or 1)

@@ -102,6 +102,8 @@ class Run:
         self.report = report if report is not None else Report()
         self._skips: dict[str, set[int]] = {}
         self._logged: set[tuple[str, int]] = set()
+        self.sources: dict[str, Any] = {}
+        self.on_chunk: Callable[[int], None] | None = None
 
     # --- whole values ---------------------------------------------------------------------
 
@@ -258,11 +260,23 @@ class Run:
         _log.info("pass %d of group '%s': %s stored in the cache at %s", pass_.number, group.source,
                   ", ".join(f.node for f in folds), entry)
 
+    def source_value(self, group: GroupPlan) -> Any:
+        """What the source returns (a list, a generator, ...), not yet iterated."""
+        node = self.graph.nodes[group.source]
+        whole = self._pass_whole(group.passes[0])
+        kwargs = {p.name: whole[p.name] for p in node.params if not p.collect and p.name in whole}
+        try:
+            return node.fn(**kwargs)
+        except Exception as exc:
+            raise _node_error(node, exc) from exc.with_traceback(user_traceback(exc.__traceback__))
+
     def _open_source(
         self, group: GroupPlan, whole: Mapping[str, Any]
     ) -> tuple[Iterator[Any], Callable[[], None]]:
         """Calls the source; a source that collects is fed by a pass of the group it closes."""
         node = self.graph.nodes[group.source]
+        if group.source in self.sources:  # an index built from the source already
+            return _guarded(iter(self.sources[group.source]), node), _nothing
         kwargs = {p.name: whole[p.name] for p in node.params if not p.collect and p.name in whole}
         closed = self.analysis.closes.get(node.name)
         cleanup: Callable[[], None] = _nothing
@@ -398,6 +412,8 @@ class Run:
                     self._logged.add((s.group, s.index))
                     _log.warning("skipped %s of group '%s' in pass %d", s, group.source, pass_.number)
         self.report.add(group.source, len(result.indices), result.node_seconds, skips)
+        if self.on_chunk is not None:
+            self.on_chunk(len(result.indices) + len(skips))
         f = result.failure
         if f is None:
             return result

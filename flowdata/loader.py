@@ -1,0 +1,474 @@
+"""The training iterator: a group's per-sample work inside torch DataLoader workers.
+
+Pieces, each small:
+
+- :class:`EpochBatches` decides, in the main process, which samples go in which batch:
+  a permutation seeded by (seed, epoch), sharded across ranks, cut into batches. It is the
+  only source of order, so batches are identical for any number of workers, and a resumed
+  loader starts at batch ``k`` without computing the ``k`` batches before it.
+- :class:`PassDataset` is the torch ``Dataset``: it holds the item index, the pass to run
+  and the whole values it reads (statistics included), and computes a *whole batch* per
+  call (``__getitems__``), column by column, in the worker. It pickles as plain data and
+  rebuilds the nodes from module names and config, so it works under ``spawn``.
+- :class:`DataLoader` is a ``torch.utils.data.DataLoader`` subclass that unwraps batches,
+  raises failures with their context, keeps the report, and saves/restores its position.
+
+Transport: one message per batch (the collated batch plus its report), never one per
+sample.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import pickle
+import random
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import Any
+
+import torch
+from torch.utils.data import DataLoader as TorchDataLoader
+from torch.utils.data import Dataset, Sampler, get_worker_info
+from torch.utils.data._utils.collate import default_collate
+
+from flowdata.chunk import Failure, PassSpec, run_chunk
+from flowdata.discover import Program, load_program
+from flowdata.errors import FlowdataError, SampleError
+from flowdata.index import ArrowIndex, SequenceIndex
+from flowdata.node import Node
+from flowdata.report import Report, Skip
+from flowdata.sample import sample_seed
+
+__all__ = ["Batch", "DataLoader", "EpochBatches", "PassDataset"]
+
+_log = logging.getLogger("flowdata")
+
+
+class _Indices(list[int]):
+    """A batch's sample indices, carrying the epoch to the worker (for ``sample_rng``)."""
+
+    epoch: int = 0
+
+
+class EpochBatches(Sampler[list[int]]):
+    """Which samples form each batch of an epoch, for one rank.
+
+    Every epoch, the sample indices (minus those skipped in earlier passes) are permuted
+    with a generator seeded from (seed, epoch) when ``shuffle``, then dealt to ranks in
+    turn (rank ``r`` takes positions ``r, r + world_size, ...``), then cut into batches.
+    Every sample appears exactly once per epoch across ranks; ranks differ by at most one
+    sample. ``drop_last`` drops each rank's last, incomplete batch.
+    """
+
+    def __init__(
+        self,
+        indices: Sequence[int],
+        batch_size: int,
+        *,
+        shuffle: bool,
+        seed: int,
+        rank: int = 0,
+        world_size: int = 1,
+        drop_last: bool = False,
+    ):
+        if batch_size < 1:
+            raise FlowdataError(f"batch_size={batch_size}: expected a positive number")
+        if not 0 <= rank < world_size:
+            raise FlowdataError(f"rank={rank} is not in range for world_size={world_size}")
+        self.indices = torch.as_tensor(list(indices), dtype=torch.int64)
+        self.batch_size = batch_size
+        self.shuffle = shuffle
+        self.seed = seed
+        self.rank = rank
+        self.world_size = world_size
+        self.drop_last = drop_last
+        self.epoch = 0
+        self.start = 0  # first batch of the next iteration (resume)
+
+    def _mine(self) -> torch.Tensor:
+        order = self.indices
+        if self.shuffle:
+            g = torch.Generator()
+            g.manual_seed(sample_seed(self.seed, self.epoch, -1))
+            order = order[torch.randperm(len(order), generator=g)]
+        return order[self.rank :: self.world_size]
+
+    def batches(self) -> list[list[int]]:
+        """Every batch of this epoch for this rank."""
+        mine = self._mine().tolist()
+        cut = [mine[i : i + self.batch_size] for i in range(0, len(mine), self.batch_size)]
+        if self.drop_last and cut and len(cut[-1]) < self.batch_size:
+            cut.pop()
+        return cut
+
+    def __len__(self) -> int:
+        n = len(self._mine())
+        return n // self.batch_size if self.drop_last else -(-n // self.batch_size)
+
+    def __iter__(self) -> Iterator[list[int]]:
+        start, self.start = self.start, 0
+        for batch in self.batches()[start:]:
+            out = _Indices(batch)
+            out.epoch = self.epoch
+            yield out
+
+
+class Batch:
+    """What a worker sends back: the collated batch and what happened computing it."""
+
+    __slots__ = ("data", "indices", "skipped", "failure", "node_seconds", "worker")
+
+    def __init__(
+        self,
+        data: Any,
+        indices: list[int],
+        skipped: list[Failure],
+        failure: Failure | None,
+        node_seconds: dict[str, float],
+        worker: str,
+    ):
+        self.data = data
+        self.indices = indices
+        self.skipped = skipped
+        self.failure = failure
+        self.node_seconds = node_seconds
+        self.worker = worker
+
+    def pin_memory(self) -> Batch:
+        """Pins the batch's tensors (used by the DataLoader's pin-memory thread)."""
+        from torch.utils.data._utils.pin_memory import pin_memory
+
+        self.data = pin_memory(self.data)  # type: ignore[no-untyped-call]
+        return self
+
+
+_NODES: dict[bytes, Mapping[str, Node]] = {}
+
+
+class PassDataset(Dataset[dict[str, Any]]):
+    """The per-sample work of one pass as a torch ``Dataset``.
+
+    Args:
+        program: How to rebuild the nodes (module names and config).
+        spec: The pass: nodes to compute and outputs to return.
+        whole: Whole values the pass reads (once nodes, inputs, statistics).
+        index: The group's items.
+        outputs: Output names, in batch order.
+        seed: Seed of ``sample_rng``.
+        skip: Leave failing samples out of the batch instead of failing it.
+        collate_fn: A user collate function taking a list of per-sample dicts, or None to
+            collate column by column (tensors stacked, numbers to tensors, strings to lists).
+    """
+
+    def __init__(
+        self,
+        program: Program,
+        spec: PassSpec,
+        whole: Mapping[str, Any],
+        index: SequenceIndex | ArrowIndex,
+        outputs: Sequence[str],
+        seed: int,
+        skip: bool,
+        collate_fn: Callable[[list[dict[str, Any]]], Any] | None = None,
+        nodes: Mapping[str, Node] | None = None,
+    ):
+        self.program = program
+        self.spec = spec
+        self.whole = dict(whole)
+        self.index = index
+        self.outputs = tuple(outputs)
+        self.seed = seed
+        self.skip = skip
+        self.collate_fn = collate_fn
+        self._nodes = nodes
+        self._program_key = pickle.dumps(program)
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        state["_nodes"] = None  # rebuilt from the program in the worker
+        return state
+
+    def _get_nodes(self) -> Mapping[str, Node]:
+        if self._nodes is None:
+            nodes = _NODES.get(self._program_key)
+            if nodes is None:
+                nodes = _NODES[self._program_key] = load_program(self.program)
+            self._nodes = nodes
+        return self._nodes
+
+    def __len__(self) -> int:
+        return len(self.index)
+
+    def __getitem__(self, i: int) -> dict[str, Any]:
+        """One sample's outputs (epoch 0), uncollated."""
+        batch = self.compute([int(i)], 0)
+        if batch.failure is not None or not batch.indices:
+            failure = batch.failure or batch.skipped[0]
+            raise _sample_error(failure, self.spec.group, batch.worker)
+        return {k: v[0] for k, v in batch.data.items()}
+
+    def __getitems__(self, indices: Sequence[int]) -> Batch:
+        """A whole batch, computed column by column (called by the DataLoader's fetcher)."""
+        return self.compute(list(indices), getattr(indices, "epoch", 0))
+
+    def compute(self, indices: list[int], epoch: int) -> Batch:
+        """Runs the pass over ``indices`` and collates the outputs."""
+        info = get_worker_info()
+        worker = "main" if info is None else f"worker {info.id} (pid {os.getpid()})"
+        spec = PassSpec(
+            self.spec.group, self.spec.number, self.spec.computes, self.outputs, seed=self.seed, epoch=epoch
+        )
+        items = self.index.take(indices)
+        result = run_chunk(self._get_nodes(), spec, self.whole, indices, items, worker=worker, skip=self.skip)
+        data: Any = result.columns
+        if result.failure is None:
+            data = self._collate(result.columns, len(result.indices))
+        return Batch(data, list(result.indices), result.skipped, result.failure, result.node_seconds, worker)
+
+    def _collate(self, columns: Mapping[str, list[Any]], n: int) -> Any:
+        if self.collate_fn is not None:
+            rows = [{k: columns[k][i] for k in self.outputs} for i in range(n)]
+            return self.collate_fn(rows)
+        if n == 0:
+            return {k: [] for k in self.outputs}
+        return {k: default_collate(columns[k]) for k in self.outputs}  # type: ignore[no-untyped-call]
+
+
+def _identity(batch: Any) -> Any:
+    """The dataset returns batches already collated."""
+    return batch
+
+
+def _sample_error(f: Failure, group: str, worker: str) -> SampleError:
+    err = SampleError(f.node, f.location, f.detail, index=f.index, item=f.item, group=group, pass_=0, worker=worker)
+    cause = f.error if f.error is not None else RuntimeError(f.detail)
+    if worker != "main" and f.traceback_text:
+        cause.add_note(f"traceback in {worker}:\n{f.traceback_text.rstrip()}")
+    err.__cause__ = cause
+    return err
+
+
+class _WorkerInit:
+    """Seeds Python's and numpy's global generators per worker, from (seed, worker id).
+
+    Per-sample randomness should come from ``sample_rng``; this only keeps stray global
+    randomness reproducible and different between workers.
+    """
+
+    def __init__(self, seed: int, user: Callable[[int], None] | None):
+        self.seed, self.user = seed, user
+
+    def __call__(self, worker_id: int) -> None:
+        s = sample_seed(self.seed, -2, worker_id)
+        random.seed(s)
+        try:
+            import numpy as np
+
+            np.random.seed(s % 2**32)
+        except ImportError:  # pragma: no cover - numpy is a dependency
+            pass
+        if self.user is not None:
+            self.user(worker_id)
+
+
+class DataLoader(TorchDataLoader):  # type: ignore[type-arg]
+    """A ``torch.utils.data.DataLoader`` over a flowdata pass.
+
+    Build one with ``Driver.dataloader(...)``. Iterating yields dicts keyed by output name.
+
+    Attributes:
+        stats: Results of the Collect nodes computed before the first batch (pass 1).
+        report: Samples seen and skipped, and per-node time and calls, from the workers.
+    """
+
+    def __init__(
+        self,
+        dataset: PassDataset,
+        sampler: EpochBatches,
+        *,
+        num_workers: int = 0,
+        prefetch_factor: int | None = None,
+        pin_memory: bool = False,
+        persistent_workers: bool = False,
+        multiprocessing_context: Any = None,
+        worker_init_fn: Callable[[int], None] | None = None,
+        stats: Mapping[str, Any] | None = None,
+        report: Report | None = None,
+        progress: bool = False,
+    ):
+        super().__init__(
+            dataset,
+            batch_sampler=sampler,
+            num_workers=num_workers,
+            collate_fn=_identity,
+            pin_memory=pin_memory,
+            prefetch_factor=prefetch_factor if num_workers > 0 else None,
+            persistent_workers=persistent_workers and num_workers > 0,
+            multiprocessing_context=multiprocessing_context if num_workers > 0 else None,
+            worker_init_fn=_WorkerInit(sampler.seed, worker_init_fn),
+            generator=torch.Generator().manual_seed(sampler.seed),
+        )
+        self.flow_sampler = sampler
+        self.stats: dict[str, Any] = dict(stats or {})
+        self.report = report if report is not None else Report()
+        self.progress = progress
+        self._served = 0
+
+    def set_epoch(self, epoch: int) -> None:
+        """Selects the epoch: it changes the shuffle and every ``sample_rng``."""
+        self.flow_sampler.epoch = int(epoch)
+        self.flow_sampler.start = 0
+        self._served = 0
+
+    @property
+    def epoch(self) -> int:
+        """The current epoch."""
+        return self.flow_sampler.epoch
+
+    def __iter__(self) -> Iterator[Any]:  # type: ignore[override]
+        sampler = self.flow_sampler
+        start = sampler.start
+        self._served = start
+        total = len(sampler)
+        bar = _bar(self.progress, total, start, f"epoch {sampler.epoch}")
+        skipped_before = len(self.report.skipped)
+        try:
+            it = super().__iter__()
+            while True:
+                try:
+                    batch = next(it)
+                except StopIteration:
+                    break
+                except RuntimeError as exc:
+                    if "DataLoader worker" in str(exc):
+                        raise self._worker_died(exc) from exc
+                    raise
+                self._account(batch)
+                self._served += 1
+                if bar is not None:
+                    bar.update(1)
+                yield batch.data
+        finally:
+            if bar is not None:
+                bar.close()
+        new = len(self.report.skipped) - skipped_before
+        if new:
+            _log.warning("epoch %d: %d samples skipped (%s)", sampler.epoch, new, self.report.summary())
+        self._served = 0
+
+    def _account(self, batch: Batch) -> None:
+        group = self.dataset.spec.group  # type: ignore[attr-defined]
+        if batch.failure is not None:
+            raise _sample_error(batch.failure, group, batch.worker).with_traceback(None)
+        skips = [Skip(f.index, f.item, f.node, f.detail, group, 0) for f in batch.skipped]
+        for s in skips:
+            _log.warning("skipped %s (%s)", s, batch.worker)
+        self.report.add(group, len(batch.indices), batch.node_seconds, skips)
+
+    def _worker_died(self, exc: BaseException) -> FlowdataError:
+        batches = self.flow_sampler.batches()
+        ahead = max(1, self.num_workers * (self.prefetch_factor or 2))
+        held = batches[self._served : self._served + ahead]
+        samples = [i for b in held for i in b]
+        return FlowdataError(
+            f"a DataLoader worker died ({exc}) while the loader waited for batch {self._served} "
+            f"of epoch {self.flow_sampler.epoch}; the workers held batches "
+            f"{self._served}..{self._served + len(held) - 1} (samples {samples[:20]}"
+            f"{' ...' if len(samples) > 20 else ''})\n"
+            "  fix: check memory use or native crashes in those samples' nodes; "
+            "driver.run_sample([...], index=...) runs one in this process"
+        )
+
+    def state_dict(self) -> dict[str, Any]:
+        """The position in the epoch: batches served so far, epoch, and what fixes the order."""
+        s = self.flow_sampler
+        return {
+            "version": 1,
+            "epoch": s.epoch,
+            "batches_served": self._served,
+            "seed": s.seed,
+            "shuffle": s.shuffle,
+            "batch_size": s.batch_size,
+            "num_samples": len(s.indices),
+            "rank": s.rank,
+            "world_size": s.world_size,
+            "drop_last": s.drop_last,
+        }
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Resumes at the batch after the last one served, without recomputing earlier ones.
+
+        The loader must have been built with the same data, seed, shuffle, batch size and
+        ranks; ``num_workers`` may differ.
+        """
+        s = self.flow_sampler
+        mine = {
+            "seed": s.seed,
+            "shuffle": s.shuffle,
+            "batch_size": s.batch_size,
+            "num_samples": len(s.indices),
+            "rank": s.rank,
+            "world_size": s.world_size,
+            "drop_last": s.drop_last,
+        }
+        differ = {k: (state.get(k), v) for k, v in mine.items() if state.get(k) != v}
+        if differ:
+            what = ", ".join(f"{k}: saved {a!r}, now {b!r}" for k, (a, b) in differ.items())
+            raise FlowdataError(
+                f"cannot resume: this loader differs from the saved one ({what})\n"
+                "  fix: build the loader with the same data and arguments (num_workers may differ)"
+            )
+        s.epoch = int(state["epoch"])
+        s.start = int(state["batches_served"])
+        self._served = s.start
+
+
+def _bar(enabled: bool, total: int, initial: int, desc: str) -> Any:
+    if not enabled:
+        return None
+    from tqdm.auto import tqdm
+
+    return tqdm(total=total, initial=initial, desc=desc, unit="batch", leave=False)
+
+
+def prepare(
+    run: Any,
+    group: Any,
+    pass_: Any,
+    outputs: Sequence[str],
+    *,
+    cache_dir: str | None,
+    seed: int,
+    skip: bool,
+    collate_fn: Callable[[list[dict[str, Any]]], Any] | None,
+    progress: bool,
+) -> tuple[PassDataset, list[int], dict[str, Any]]:
+    """Builds the index, computes what the pass reads (pass 1 included), makes the dataset.
+
+    Returns the dataset, the sample indices to iterate (those skipped in pass 1 left out)
+    and the Collect results computed on the way (``loader.stats``).
+    """
+    from flowdata.index import build_index
+
+    index = build_index(run.source_value(group), cache_dir, group.source)
+    run.sources[group.source] = index
+    bar = _bar(progress, len(index), 0, "statistics")
+    if bar is not None:
+        run.on_chunk = lambda n: bar.update(n)
+    try:
+        whole = {n: run.value(n) for n in pass_.needs if n in run.graph.nodes or n in run.values}
+    finally:
+        if bar is not None:
+            bar.close()
+            run.on_chunk = None
+    stats = {
+        name: run.values[name]
+        for g in run.plan.groups
+        for name in g.collects
+        if name in run.values
+    }
+    spec = PassSpec(group.source, pass_.number, pass_.computes, tuple(outputs), seed=seed)
+    dataset = PassDataset(run.program, spec, whole, index, outputs, seed, skip, collate_fn, nodes=run.graph.nodes)
+    skipped = run._skips.get(group.source, set())
+    indices = [i for i in range(len(index)) if i not in skipped] if skipped else list(range(len(index)))
+    return dataset, indices, stats
