@@ -204,7 +204,7 @@ class PassDataset(Dataset[dict[str, Any]]):
         batch = self.compute([int(i)], 0)
         if batch.failure is not None or not batch.indices:
             failure = batch.failure or batch.skipped[0]
-            raise _sample_error(failure, self.spec.group, batch.worker)
+            raise _sample_error(failure, self.spec.group, self.spec.number, batch.worker)
         return {k: v[0] for k, v in batch.data.items()}
 
     def __getitems__(self, indices: Sequence[int]) -> Batch:
@@ -214,7 +214,7 @@ class PassDataset(Dataset[dict[str, Any]]):
     def compute(self, indices: list[int], epoch: int) -> Batch:
         """Runs the pass over ``indices`` and collates the outputs."""
         info = get_worker_info()
-        worker = "main" if info is None else f"worker {info.id} (pid {os.getpid()})"
+        worker = "main" if info is None else f"{info.id} (pid {os.getpid()})"
         spec = PassSpec(
             self.spec.group, self.spec.number, self.spec.computes, self.outputs, seed=self.seed, epoch=epoch
         )
@@ -239,11 +239,11 @@ def _identity(batch: Any) -> Any:
     return batch
 
 
-def _sample_error(f: Failure, group: str, worker: str) -> SampleError:
-    err = SampleError(f.node, f.location, f.detail, index=f.index, item=f.item, group=group, pass_=0, worker=worker)
+def _sample_error(f: Failure, group: str, pass_: int, worker: str) -> SampleError:
+    err = SampleError(f.node, f.location, f.detail, index=f.index, item=f.item, group=group, pass_=pass_, worker=worker)
     cause = f.error if f.error is not None else RuntimeError(f.detail)
     if worker != "main" and f.traceback_text:
-        cause.add_note(f"traceback in {worker}:\n{f.traceback_text.rstrip()}")
+        cause.add_note(f"traceback in worker {worker}:\n{f.traceback_text.rstrip()}")
     err.__cause__ = cause
     return err
 
@@ -339,15 +339,24 @@ class DataLoader(TorchDataLoader):  # type: ignore[type-arg]
                     batch = next(it)
                 except StopIteration:
                     break
-                except RuntimeError as exc:
-                    if "DataLoader worker" in str(exc):
-                        raise self._worker_died(exc) from exc
-                    raise
                 self._account(batch)
                 self._served += 1
                 if bar is not None:
                     bar.update(1)
                 yield batch.data
+        except (RuntimeError, ConnectionError, EOFError) as exc:
+            # torch reports a dead worker from its SIGCHLD handler or as a broken queue.
+            if isinstance(exc, RuntimeError) and "DataLoader worker" not in str(exc):
+                raise
+            error = None
+            for _ in range(3):  # torch's SIGCHLD handler may report the same death meanwhile
+                try:
+                    _forget_workers(it)
+                    error = self._worker_died(exc)
+                    break
+                except RuntimeError:
+                    continue
+            raise (error or self._worker_died(exc)) from exc
         finally:
             if bar is not None:
                 bar.close()
@@ -357,10 +366,11 @@ class DataLoader(TorchDataLoader):  # type: ignore[type-arg]
         self._served = 0
 
     def _account(self, batch: Batch) -> None:
-        group = self.dataset.spec.group  # type: ignore[attr-defined]
+        spec = self.dataset.spec  # type: ignore[attr-defined]
+        group = spec.group
         if batch.failure is not None:
-            raise _sample_error(batch.failure, group, batch.worker).with_traceback(None)
-        skips = [Skip(f.index, f.item, f.node, f.detail, group, 0) for f in batch.skipped]
+            raise _sample_error(batch.failure, group, spec.number, batch.worker).with_traceback(None)
+        skips = [Skip(f.index, f.item, f.node, f.detail, group, spec.number) for f in batch.skipped]
         for s in skips:
             _log.warning("skipped %s (%s)", s, batch.worker)
         self.report.add(group, len(batch.indices), batch.node_seconds, skips)
@@ -369,12 +379,11 @@ class DataLoader(TorchDataLoader):  # type: ignore[type-arg]
         batches = self.flow_sampler.batches()
         ahead = max(1, self.num_workers * (self.prefetch_factor or 2))
         held = batches[self._served : self._served + ahead]
-        samples = [i for b in held for i in b]
+        samples = sorted(i for b in held for i in b)
         return FlowdataError(
-            f"a DataLoader worker died ({exc}) while the loader waited for batch {self._served} "
-            f"of epoch {self.flow_sampler.epoch}; the workers held batches "
-            f"{self._served}..{self._served + len(held) - 1} (samples {samples[:20]}"
-            f"{' ...' if len(samples) > 20 else ''})\n"
+            f"a DataLoader worker died ({str(exc).strip()}) while the loader waited for batch "
+            f"{self._served} of epoch {self.flow_sampler.epoch}; the workers held batches "
+            f"{self._served}..{self._served + len(held) - 1} (samples {_ranges(samples)})\n"
             "  fix: check memory use or native crashes in those samples' nodes; "
             "driver.run_sample([...], index=...) runs one in this process"
         )
@@ -421,6 +430,32 @@ class DataLoader(TorchDataLoader):  # type: ignore[type-arg]
         s.epoch = int(state["epoch"])
         s.start = int(state["batches_served"])
         self._served = s.start
+
+
+def _forget_workers(it: Any) -> None:
+    """Stops torch's SIGCHLD handler from reporting the same death again, later and anywhere.
+
+    The handler raises asynchronously in the main thread while the iterator's workers are
+    registered; unregister them and shut the iterator down now.
+    """
+    shutdown = getattr(it, "_shutdown_workers", None)
+    if shutdown is not None:
+        try:
+            shutdown()
+        except Exception:  # a broken queue or the handler's duplicate report
+            pass
+
+
+def _ranges(values: Sequence[int], limit: int = 12) -> str:
+    """``[1, 2, 3, 7]`` as ``"1-3, 7"`` (at most ``limit`` runs)."""
+    runs: list[list[int]] = []
+    for v in values:
+        if runs and v == runs[-1][1] + 1:
+            runs[-1][1] = v
+        else:
+            runs.append([v, v])
+    text = ", ".join(f"{a}-{b}" if a != b else f"{a}" for a, b in runs[:limit])
+    return text + (", ..." if len(runs) > limit else "")
 
 
 def _bar(enabled: bool, total: int, initial: int, desc: str) -> Any:

@@ -477,14 +477,9 @@ class ChunkLog:
         self.busy: dict[str, float] = {}
 
     def map(self, fn: Callable[[T], R], tasks: Iterable[T]) -> Iterator[R]:
-        """Yields ``inner.map(fn, tasks)``, noting each task's size and each result's time."""
-
-        def noted() -> Iterator[T]:
-            for task in tasks:
-                self.sizes.append(len(task[3]))  # type: ignore[index]  # (key, program, ctx, indices, items)
-                yield task
-
-        for result in self.inner.map(fn, noted()):
+        """Yields ``inner.map(fn, tasks)``, noting each chunk's size and compute time."""
+        for result in self.inner.map(fn, tasks):
+            self.sizes.append(len(getattr(result, "indices", ())))
             worker = str(getattr(result, "worker", "?"))
             self.busy[worker] = self.busy.get(worker, 0.0) + float(getattr(result, "seconds", 0.0))
             yield result
