@@ -260,9 +260,12 @@ class Driver:
         collate_fn: Callable[[list[dict[str, Any]]], Any] | None,
         progress: bool,
         multiprocessing_context: Any,
+        streaming: bool = False,
+        options: Mapping[str, Any] | None = None,
     ) -> tuple[Any, list[int], dict[str, Any], Report]:
         from flowdata.executors import InlineExecutor, ProcessExecutor
         from flowdata.loader import prepare
+        from flowdata.streaming import prepare_stream
 
         outputs = tuple(outputs)
         if on_error not in ("raise", "skip"):
@@ -278,11 +281,10 @@ class Driver:
                 + "\n  fix: ask for per-sample nodes of one group; compute whole values with execute()"
             )
         group = plan.group(self.analysis.group_of[outputs[0]])
-        if group.kind == "sequential":
+        if self.analysis.closes.get(group.source):
             raise InputError(
-                f"group '{group.source}' is Sequential: its samples must be processed in order, "
-                "which a map-style loader does not do\n"
-                "  fix: make the source Parallel, or iterate it with execute() and a Collect node"
+                f"source '{group.source}' collects another group; the training iterator does not "
+                "run such chained groups yet\n  fix: execute() the chain into a list and return it from a source"
             )
         pass_ = next(p for p in group.passes if p.outputs)
         report = Report(max_skipped=max_skipped)
@@ -293,11 +295,18 @@ class Driver:
         try:
             run = Run(self.graph, self.analysis, self.program, plan, values, executor,
                       cache=PassCache(cache_dir) if cache_dir is not None else None, on_error=on_error, report=report)
-            dataset, indices, stats = prepare(
-                run, group, pass_, outputs,
-                cache_dir=os.fspath(cache_dir) if cache_dir is not None else None,
-                seed=seed, skip=on_error == "skip", collate_fn=collate_fn, progress=progress,
-            )
+            dataset: Any
+            if streaming or group.kind == "sequential":
+                dataset, indices, stats = prepare_stream(
+                    run, group, pass_, outputs, seed=seed, skip=on_error == "skip",
+                    collate_fn=collate_fn, **(options or {}),
+                )
+            else:
+                dataset, indices, stats = prepare(
+                    run, group, pass_, outputs,
+                    cache_dir=os.fspath(cache_dir) if cache_dir is not None else None,
+                    seed=seed, skip=on_error == "skip", collate_fn=collate_fn, progress=progress,
+                )
         finally:
             close = getattr(executor, "close", None)
             if close is not None:
@@ -344,6 +353,8 @@ class Driver:
         world_size: int | None = None,
         multiprocessing_context: Any = None,
         progress: bool = False,
+        streaming: bool = False,
+        shuffle_buffer: int = 1024,
         worker_init_fn: Callable[[int], None] | None = None,
     ) -> Any:
         """A ``flowdata.DataLoader`` (a ``torch.utils.data.DataLoader``) over per-sample outputs.
@@ -351,22 +362,30 @@ class Driver:
         The statistics the outputs need (Collect results of earlier passes) are computed
         first, with ``num_workers`` worker processes, and kept in ``loader.stats``. Then each
         batch is computed in a DataLoader worker, column by column, and arrives as a dict
-        keyed by output name. See docs/training.md.
+        keyed by output name. A ``Sequential`` group, or ``streaming=True``, streams the
+        source in every worker instead of indexing it (an ``IterableDataset`` sharded by item
+        position, with a ``shuffle_buffer``-item shuffle buffer). See docs/training.md.
         """
         from flowdata.loader import DataLoader, EpochBatches
 
         rank, world_size = _ranks(rank, world_size)
+        options: dict[str, Any] = dict(
+            batch_size=batch_size, drop_last=drop_last, shuffle=shuffle, shuffle_buffer=shuffle_buffer,
+            rank=rank, world_size=world_size,
+        )
         dataset, indices, stats, report = self._loader_parts(
             outputs, inputs, num_workers=num_workers, seed=seed, on_error=on_error, max_skipped=max_skipped,
             cache_dir=cache_dir, collate_fn=collate_fn, progress=progress,
-            multiprocessing_context=multiprocessing_context,
+            multiprocessing_context=multiprocessing_context, streaming=streaming, options=options,
         )
-        sampler = EpochBatches(indices, batch_size, shuffle=shuffle, seed=seed, rank=rank,
-                               world_size=world_size, drop_last=drop_last)
+        sampler = None
+        if not hasattr(dataset, "batches"):  # map-style: the sampler in this process decides the order
+            sampler = EpochBatches(indices, batch_size, shuffle=shuffle, seed=seed, rank=rank,
+                                   world_size=world_size, drop_last=drop_last)
         return DataLoader(
             dataset, sampler, num_workers=num_workers, prefetch_factor=prefetch_factor, pin_memory=pin_memory,
             persistent_workers=persistent_workers, multiprocessing_context=multiprocessing_context,
-            worker_init_fn=worker_init_fn, stats=stats, report=report, progress=progress,
+            worker_init_fn=worker_init_fn, stats=stats, report=report, progress=progress, seed=seed,
         )
 
     @_public

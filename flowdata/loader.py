@@ -213,25 +213,34 @@ class PassDataset(Dataset[dict[str, Any]]):
 
     def compute(self, indices: list[int], epoch: int) -> Batch:
         """Runs the pass over ``indices`` and collates the outputs."""
-        info = get_worker_info()
-        worker = "main" if info is None else f"{info.id} (pid {os.getpid()})"
-        spec = PassSpec(
-            self.spec.group, self.spec.number, self.spec.computes, self.outputs, seed=self.seed, epoch=epoch
-        )
-        items = self.index.take(indices)
-        result = run_chunk(self._get_nodes(), spec, self.whole, indices, items, worker=worker, skip=self.skip)
-        data: Any = result.columns
-        if result.failure is None:
-            data = self._collate(result.columns, len(result.indices))
-        return Batch(data, list(result.indices), result.skipped, result.failure, result.node_seconds, worker)
+        return compute_batch(self, indices, self.index.take(indices), epoch)
 
-    def _collate(self, columns: Mapping[str, list[Any]], n: int) -> Any:
-        if self.collate_fn is not None:
-            rows = [{k: columns[k][i] for k in self.outputs} for i in range(n)]
-            return self.collate_fn(rows)
-        if n == 0:
-            return {k: [] for k in self.outputs}
-        return {k: default_collate(columns[k]) for k in self.outputs}  # type: ignore[no-untyped-call]
+
+def compute_batch(ds: Any, indices: list[int], items: list[Any], epoch: int) -> Batch:
+    """Runs a dataset's pass over one batch of samples and collates the outputs.
+
+    ``ds`` is a :class:`PassDataset` or a stream dataset: anything with ``spec``, ``whole``,
+    ``outputs``, ``seed``, ``skip``, ``collate_fn`` and ``_get_nodes()``.
+    """
+    info = get_worker_info()
+    worker = "main" if info is None else f"{info.id} (pid {os.getpid()})"
+    spec = PassSpec(ds.spec.group, ds.spec.number, ds.spec.computes, ds.outputs, seed=ds.seed, epoch=epoch)
+    result = run_chunk(ds._get_nodes(), spec, ds.whole, indices, items, worker=worker, skip=ds.skip)
+    data: Any = result.columns
+    if result.failure is None:
+        data = _collate(ds.outputs, ds.collate_fn, result.columns, len(result.indices))
+    return Batch(data, list(result.indices), result.skipped, result.failure, result.node_seconds, worker)
+
+
+def _collate(
+    outputs: Sequence[str], collate_fn: Callable[[list[dict[str, Any]]], Any] | None, columns: Mapping[str, list[Any]], n: int
+) -> Any:
+    if collate_fn is not None:
+        rows = [{k: columns[k][i] for k in outputs} for i in range(n)]
+        return collate_fn(rows)
+    if n == 0:
+        return {k: [] for k in outputs}
+    return {k: default_collate(columns[k]) for k in outputs}  # type: ignore[no-untyped-call]
 
 
 def _identity(batch: Any) -> Any:
@@ -283,8 +292,8 @@ class DataLoader(TorchDataLoader):  # type: ignore[type-arg]
 
     def __init__(
         self,
-        dataset: PassDataset,
-        sampler: EpochBatches,
+        dataset: Any,
+        sampler: EpochBatches | None,
         *,
         num_workers: int = 0,
         prefetch_factor: int | None = None,
@@ -295,42 +304,65 @@ class DataLoader(TorchDataLoader):  # type: ignore[type-arg]
         stats: Mapping[str, Any] | None = None,
         report: Report | None = None,
         progress: bool = False,
+        seed: int = 0,
     ):
         super().__init__(
             dataset,
+            batch_size=None if sampler is None else 1,
             batch_sampler=sampler,
             num_workers=num_workers,
             collate_fn=_identity,
             pin_memory=pin_memory,
             prefetch_factor=prefetch_factor if num_workers > 0 else None,
-            persistent_workers=persistent_workers and num_workers > 0,
+            # A streaming dataset reads its epoch and resume position when iterated, so its
+            # workers are started afresh each epoch.
+            persistent_workers=persistent_workers and num_workers > 0 and sampler is not None,
             multiprocessing_context=multiprocessing_context if num_workers > 0 else None,
-            worker_init_fn=_WorkerInit(sampler.seed, worker_init_fn),
-            generator=torch.Generator().manual_seed(sampler.seed),
+            worker_init_fn=_WorkerInit(seed, worker_init_fn),
+            generator=torch.Generator().manual_seed(seed),
         )
         self.flow_sampler = sampler
+        self.seed = seed
         self.stats: dict[str, Any] = dict(stats or {})
         self.report = report if report is not None else Report()
         self.progress = progress
         self._served = 0
+        self._epoch = 0
+
+    @property
+    def streaming(self) -> bool:
+        """Whether the loader streams its source (an ``IterableDataset``) rather than indexing it."""
+        return self.flow_sampler is None
 
     def set_epoch(self, epoch: int) -> None:
         """Selects the epoch: it changes the shuffle and every ``sample_rng``."""
-        self.flow_sampler.epoch = int(epoch)
-        self.flow_sampler.start = 0
-        self._served = 0
+        self._epoch = int(epoch)
+        self._start_at(0)
+
+    def _start_at(self, batch: int) -> None:
+        if self.flow_sampler is not None:
+            self.flow_sampler.epoch = self._epoch
+            self.flow_sampler.start = batch
+        else:
+            self.dataset.epoch = self._epoch  # type: ignore[attr-defined]
+            self.dataset.skip_batches = batch  # type: ignore[attr-defined]
+        self._served = batch
 
     @property
     def epoch(self) -> int:
         """The current epoch."""
-        return self.flow_sampler.epoch
+        return self._epoch
+
+    def __len__(self) -> int:
+        if self.flow_sampler is None:
+            raise TypeError("a streaming loader has no length: its source is not indexed")
+        return len(self.flow_sampler)
 
     def __iter__(self) -> Iterator[Any]:  # type: ignore[override]
-        sampler = self.flow_sampler
-        start = sampler.start
-        self._served = start
-        total = len(sampler)
-        bar = _bar(self.progress, total, start, f"epoch {sampler.epoch}")
+        start = self._served
+        self._start_at(start)
+        total = len(self.flow_sampler) if self.flow_sampler is not None else None
+        bar = _bar(self.progress, total, start, f"epoch {self._epoch}")
         skipped_before = len(self.report.skipped)
         try:
             it = super().__iter__()
@@ -362,8 +394,8 @@ class DataLoader(TorchDataLoader):  # type: ignore[type-arg]
                 bar.close()
         new = len(self.report.skipped) - skipped_before
         if new:
-            _log.warning("epoch %d: %d samples skipped (%s)", sampler.epoch, new, self.report.summary())
-        self._served = 0
+            _log.warning("epoch %d: %d samples skipped (%s)", self._epoch, new, self.report.summary())
+        self._start_at(0)
 
     def _account(self, batch: Batch) -> None:
         spec = self.dataset.spec  # type: ignore[attr-defined]
@@ -376,61 +408,66 @@ class DataLoader(TorchDataLoader):  # type: ignore[type-arg]
         self.report.add(group, len(batch.indices), batch.node_seconds, skips)
 
     def _worker_died(self, exc: BaseException) -> FlowdataError:
-        batches = self.flow_sampler.batches()
         ahead = max(1, self.num_workers * (self.prefetch_factor or 2))
-        held = batches[self._served : self._served + ahead]
-        samples = sorted(i for b in held for i in b)
+        held_batches = f"{self._served}..{self._served + ahead - 1}"
+        samples = ""
+        if self.flow_sampler is not None:
+            held = self.flow_sampler.batches()[self._served : self._served + ahead]
+            held_batches = f"{self._served}..{self._served + len(held) - 1}"
+            samples = f" (samples {_ranges(sorted(i for b in held for i in b))})"
         return FlowdataError(
             f"a DataLoader worker died ({str(exc).strip()}) while the loader waited for batch "
-            f"{self._served} of epoch {self.flow_sampler.epoch}; the workers held batches "
-            f"{self._served}..{self._served + len(held) - 1} (samples {_ranges(samples)})\n"
+            f"{self._served} of epoch {self._epoch}; the workers held batches {held_batches}{samples}\n"
             "  fix: check memory use or native crashes in those samples' nodes; "
             "driver.run_sample([...], index=...) runs one in this process"
         )
 
-    def state_dict(self) -> dict[str, Any]:
-        """The position in the epoch: batches served so far, epoch, and what fixes the order."""
-        s = self.flow_sampler
+    def _identity_state(self) -> dict[str, Any]:
+        if self.flow_sampler is not None:
+            s = self.flow_sampler
+            return {
+                "streaming": False,
+                "seed": s.seed,
+                "shuffle": s.shuffle,
+                "batch_size": s.batch_size,
+                "num_samples": len(s.indices),
+                "rank": s.rank,
+                "world_size": s.world_size,
+                "drop_last": s.drop_last,
+            }
+        d: Any = self.dataset
         return {
-            "version": 1,
-            "epoch": s.epoch,
-            "batches_served": self._served,
-            "seed": s.seed,
-            "shuffle": s.shuffle,
-            "batch_size": s.batch_size,
-            "num_samples": len(s.indices),
-            "rank": s.rank,
-            "world_size": s.world_size,
-            "drop_last": s.drop_last,
+            "streaming": True,
+            "seed": d.seed,
+            "shuffle": d.shuffle,
+            "batch_size": d.batch_size,
+            "rank": d.rank,
+            "world_size": d.world_size,
+            "drop_last": d.drop_last,
+            "num_workers": self.num_workers,
         }
+
+    def state_dict(self) -> dict[str, Any]:
+        """The position in the epoch (batches served so far), and what fixes the order."""
+        return {"version": 1, "epoch": self._epoch, "batches_served": self._served, **self._identity_state()}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Resumes at the batch after the last one served, without recomputing earlier ones.
 
         The loader must have been built with the same data, seed, shuffle, batch size and
-        ranks; ``num_workers`` may differ.
+        ranks; ``num_workers`` may differ, except for a streaming loader.
         """
-        s = self.flow_sampler
-        mine = {
-            "seed": s.seed,
-            "shuffle": s.shuffle,
-            "batch_size": s.batch_size,
-            "num_samples": len(s.indices),
-            "rank": s.rank,
-            "world_size": s.world_size,
-            "drop_last": s.drop_last,
-        }
+        mine = self._identity_state()
         differ = {k: (state.get(k), v) for k, v in mine.items() if state.get(k) != v}
         if differ:
             what = ", ".join(f"{k}: saved {a!r}, now {b!r}" for k, (a, b) in differ.items())
             raise FlowdataError(
                 f"cannot resume: this loader differs from the saved one ({what})\n"
-                "  fix: build the loader with the same data and arguments (num_workers may differ)"
+                "  fix: build the loader with the same data and arguments"
+                + ("" if self.streaming else " (num_workers may differ)")
             )
-        s.epoch = int(state["epoch"])
-        s.start = int(state["batches_served"])
-        self._served = s.start
-
+        self._epoch = int(state["epoch"])
+        self._start_at(int(state["batches_served"]))
 
 def _forget_workers(it: Any) -> None:
     """Stops torch's SIGCHLD handler from reporting the same death again, later and anywhere.
@@ -458,7 +495,7 @@ def _ranges(values: Sequence[int], limit: int = 12) -> str:
     return text + (", ..." if len(runs) > limit else "")
 
 
-def _bar(enabled: bool, total: int, initial: int, desc: str) -> Any:
+def _bar(enabled: bool, total: int | None, initial: int, desc: str) -> Any:
     if not enabled:
         return None
     from tqdm.auto import tqdm

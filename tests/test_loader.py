@@ -95,6 +95,7 @@ def test_batches_are_dicts_collated_the_torch_way(dr: fd.Driver) -> None:
     assert torch.allclose(all_norm.double().mean(0), torch.zeros(4, dtype=torch.float64), atol=1e-6)
 
 
+@pytest.mark.filterwarnings("ignore:This DataLoader will create")
 def test_identical_batches_for_any_number_of_workers(dr: fd.Driver) -> None:
     runs = []
     for workers in (0, 1, 2, 3):
@@ -160,6 +161,7 @@ def test_ranks_shard_the_loader(dr: fd.Driver) -> None:
 
 
 @pytest.mark.parametrize(("before", "after"), [(0, 0), (2, 0), (0, 2), (2, 3)])
+@pytest.mark.filterwarnings("ignore:This DataLoader will create")
 def test_resume_gives_exactly_the_remaining_batches(dr: fd.Driver, before: int, after: int) -> None:
     args: dict[str, Any] = {"inputs": {"n": 90}, "batch_size": 8, "shuffle": True, "seed": 11}
     full = dr.dataloader(OUTPUTS, num_workers=before, **args)
