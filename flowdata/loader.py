@@ -444,7 +444,6 @@ class DataLoader(TorchDataLoader):  # type: ignore[type-arg]
             "rank": d.rank,
             "world_size": d.world_size,
             "drop_last": d.drop_last,
-            "num_workers": self.num_workers,
         }
 
     def state_dict(self) -> dict[str, Any]:
@@ -455,7 +454,7 @@ class DataLoader(TorchDataLoader):  # type: ignore[type-arg]
         """Resumes at the batch after the last one served, without recomputing earlier ones.
 
         The loader must have been built with the same data, seed, shuffle, batch size and
-        ranks; ``num_workers`` may differ, except for a streaming loader.
+        ranks; ``num_workers`` may differ.
         """
         mine = self._identity_state()
         differ = {k: (state.get(k), v) for k, v in mine.items() if state.get(k) != v}
@@ -463,8 +462,7 @@ class DataLoader(TorchDataLoader):  # type: ignore[type-arg]
             what = ", ".join(f"{k}: saved {a!r}, now {b!r}" for k, (a, b) in differ.items())
             raise FlowdataError(
                 f"cannot resume: this loader differs from the saved one ({what})\n"
-                "  fix: build the loader with the same data and arguments"
-                + ("" if self.streaming else " (num_workers may differ)")
+                "  fix: build the loader with the same data and arguments (num_workers may differ)"
             )
         self._epoch = int(state["epoch"])
         self._start_at(int(state["batches_served"]))

@@ -1,23 +1,18 @@
-"""Streaming groups in DataLoader workers: an ``IterableDataset`` sharded without duplicates.
+"""Streaming groups in DataLoader workers: an ``IterableDataset`` that splits batches, not items.
 
 A ``Sequential`` source, or any source with ``dataloader(..., streaming=True)``, is not
-indexed: every worker of every rank calls the source itself and keeps the items whose
-position ``i`` satisfies ``i % shards == shard``, where ``shard = rank * num_workers +
-worker_id`` and ``shards = world_size * num_workers``. Each item is therefore delivered
-exactly once per epoch, however many workers and ranks there are (a naive
+indexed: every worker calls the source itself and forms the same global sequence of
+batches — consecutive items, or items passed through a bounded shuffle buffer seeded from
+(seed, epoch) when ``shuffle=True``. Global batch ``b`` belongs to rank ``b % world_size``;
+a rank's ``j``-th batch is computed by worker ``j % num_workers`` only, and torch hands
+batches out from the workers in turn, so every sample is delivered exactly once per epoch
+and a rank receives its batches **in order**, identical for any number of workers (a naive
 ``IterableDataset`` yields every item once *per worker*). Items should be light (paths,
-rows): every shard reads all of them and computes only its own.
+rows): every worker reads all of them and computes only its own batches.
 
-With ``shuffle=True`` each shard passes its items through a bounded shuffle buffer
-(``shuffle_buffer`` items) seeded from (seed, epoch, shard). Batches are formed inside
-the worker and computed column by column, like the map-style loader.
-
-Order and resume: torch hands out batches from the workers in turn, so for a given
-seed, number of workers and ranks the batch sequence is fixed. A saved position is the
-number of batches served; on resume each worker skips its share of them by replaying
-only the item bookkeeping (no per-sample node runs again). Resuming needs the same number
-of workers and ranks, and is exact except within the last ``num_workers`` batches of an
-epoch, where workers run out unevenly.
+Resume: a saved position is the number of batches a rank has served; on resume, workers
+skip those batches by replaying only the item bookkeeping (no per-sample node runs
+again), with any number of workers. The ranks must be the same.
 """
 
 from __future__ import annotations
@@ -120,39 +115,39 @@ class StreamDataset(IterableDataset[Batch]):
             )
         return iter(items)
 
-    def _shard(self) -> tuple[int, int, int, int]:
-        info = get_worker_info()
-        worker, workers = (0, 1) if info is None else (info.id, info.num_workers)
-        return self.rank * workers + worker, self.world_size * workers, worker, workers
+    def batches(self) -> Iterator[tuple[int, list[int], list[Any]]]:
+        """This rank's batches of the epoch, ``(number on this rank, indices, items)``, not computed.
 
-    def batches(self) -> Iterator[tuple[list[int], list[Any]]]:
-        """This shard's batches of (indices, items), before any computation."""
-        shard, shards, _, _ = self._shard()
+        Every process forms the same global sequence of batches (after the seeded shuffle
+        buffer); global batch ``b`` belongs to rank ``b % world_size``.
+        """
         exclude = self.exclude
-        mine: Iterator[tuple[int, Any]] = (
-            (i, x) for i, x in enumerate(self._items()) if i % shards == shard and i not in exclude
-        )
+        stream: Iterator[tuple[int, Any]] = ((i, x) for i, x in enumerate(self._items()) if i not in exclude)
         if self.shuffle:
-            mine = _shuffled(mine, self.shuffle_buffer, random.Random(sample_seed(self.seed, self.epoch, -3 - shard)))
+            stream = _shuffled(stream, self.shuffle_buffer, random.Random(sample_seed(self.seed, self.epoch, -3)))
+        b = 0
         indices: list[int] = []
         items: list[Any] = []
-        for i, x in mine:
+        for i, x in stream:
             indices.append(i)
             items.append(x)
             if len(indices) == self.batch_size:
-                yield indices, items
+                if b % self.world_size == self.rank:
+                    yield b // self.world_size, indices, items
                 indices, items = [], []
-        if indices and not self.drop_last:
-            yield indices, items
+                b += 1
+        if indices and not self.drop_last and b % self.world_size == self.rank:
+            yield b // self.world_size, indices, items
 
     def __iter__(self) -> Iterator[Batch]:
-        _, _, worker, workers = self._shard()
-        # Batches are served by the workers in turn: this worker served every
-        # `workers`-th of the first `skip_batches`.
-        skip = len(range(worker, self.skip_batches, workers))
-        for n, (indices, items) in enumerate(self.batches()):
-            if n < skip:
-                continue  # already served before the resume: not computed again
+        info = get_worker_info()
+        worker, workers = (0, 1) if info is None else (info.id, info.num_workers)
+        start = self.skip_batches
+        for j, indices, items in self.batches():
+            # torch asks the workers in turn, starting with worker 0: worker w makes the
+            # batches start + w, start + w + workers, ... so they arrive in order.
+            if j < start or (j - start) % workers != worker:
+                continue  # another worker's, or served before the resume: not computed
             yield compute_batch(self, indices, items, self.epoch)
 
 

@@ -44,3 +44,34 @@ def test_execute_matches_oracle(case: tuple[ModuleType, int], executor: str, poo
     else:
         got = dr.execute(module.OUTPUTS, inputs=inputs, executor=pool, chunk_size=3)
     assert got == module._oracle(**inputs)
+
+
+LOADER_CASES = [(m, i) for m in DATAFLOWS if hasattr(m, "LOADER_OUTPUTS") for i in range(len(m.CASES))]
+
+
+def _flatten(value: Any) -> list[Any]:
+    return value.tolist() if hasattr(value, "tolist") else list(value)
+
+
+def test_loader_dataflows_cover_most_modules() -> None:
+    assert len({m for m, _ in LOADER_CASES}) >= 6
+
+
+@pytest.mark.parametrize("case", LOADER_CASES, ids=_ids)
+@pytest.mark.parametrize("workers", [0, 2])
+def test_loader_matches_oracle(case: tuple[ModuleType, int], workers: int) -> None:
+    module, i = case
+    inputs: dict[str, Any] = module.CASES[i]
+    expected = module._loader_oracle(**inputs)
+    dr = fd.Builder().with_modules(module).build()
+    n = len(next(iter(expected.values())))
+    if n == 0:
+        loader = dr.dataloader(module.LOADER_OUTPUTS, inputs=inputs, batch_size=7, num_workers=workers)
+        assert [b for b in loader] == []
+        return
+    loader = dr.dataloader(module.LOADER_OUTPUTS, inputs=inputs, batch_size=7, num_workers=workers)
+    got: dict[str, list[Any]] = {k: [] for k in module.LOADER_OUTPUTS}
+    for batch in loader:
+        for k in module.LOADER_OUTPUTS:
+            got[k] += _flatten(batch[k])
+    assert got == expected

@@ -29,3 +29,10 @@ def domains(domain: Collect[str]) -> list[str]:
 
 def _oracle(urls: list[str]) -> dict[str, object]:
     return {"total_length": sum(len(u) for u in urls), "domains": sorted({u.split("/")[0] for u in urls})}
+
+
+LOADER_OUTPUTS = ["domain", "url_length"]
+
+
+def _loader_oracle(urls: list[str]) -> dict[str, list[object]]:
+    return {"domain": [u.split("/")[0] for u in urls], "url_length": [len(u) for u in urls]}

@@ -45,3 +45,14 @@ def _oracle(words: list[str]) -> dict[str, object]:
         "lengths_sum": sum(len(w) for w in words),
         "order_list": [f"{i}:{w}" for i, w in enumerate(words)],
     }
+
+
+LOADER_OUTPUTS = ["upper", "length", "order"]
+
+
+def _loader_oracle(words: list[str]) -> dict[str, list[object]]:
+    return {
+        "upper": [w.upper() for w in words],
+        "length": [len(w) for w in words],
+        "order": [f"{i}:{w}" for i, w in enumerate(words)],
+    }

@@ -29,3 +29,10 @@ def count(numbers: Collect[int]) -> int:
 def _oracle(n: int) -> dict[str, object]:
     values = [x * 2 + 1 for x in range(n)]
     return {"total": sum(values), "count": n}
+
+
+LOADER_OUTPUTS = ["plus_one", "doubled"]
+
+
+def _loader_oracle(n: int) -> dict[str, list[object]]:
+    return {"plus_one": [2 * i + 1 for i in range(n)], "doubled": [2 * i for i in range(n)]}

@@ -51,3 +51,10 @@ def _oracle(rows: list[tuple[int, float]]) -> dict[str, object]:
         "score_sum": round(sum(r[1] for r in rows), 9),
         "scaled_sums": (round(a, 9), round(b, 9)),
     }
+
+
+LOADER_OUTPUTS = ["row_id", "score_x10"]
+
+
+def _loader_oracle(rows: list[tuple[int, float]]) -> dict[str, list[object]]:
+    return {"row_id": [r[0] for r in rows], "score_x10": [r[1] * 10.0 for r in rows]}

@@ -37,3 +37,10 @@ def _oracle(n: int) -> dict[str, object]:
         acc += 2 * t
         sums.append(acc)
     return {"prefix_sums": sums, "last": ticks[-1] if ticks else None}
+
+
+LOADER_OUTPUTS = ["scaled"]
+
+
+def _loader_oracle(n: int) -> dict[str, list[object]]:
+    return {"scaled": [2 * (i * 3 % 11) for i in range(n)]}

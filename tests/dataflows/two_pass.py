@@ -48,3 +48,15 @@ def _oracle(values: list[float]) -> dict[str, object]:
         "variance": var,
         "normalized_max": max((v - m) / math.sqrt(var) if var else 0.0 for v in values),
     }
+
+
+LOADER_OUTPUTS = ["normalized", "deviation"]
+
+
+def _loader_oracle(values: list[float]) -> dict[str, list[object]]:
+    m = math.fsum(values) / len(values)
+    var = math.fsum((v - m) ** 2 for v in values) / len(values)
+    return {
+        "normalized": [(v - m) / math.sqrt(var) if var else 0.0 for v in values],
+        "deviation": [v - m for v in values],
+    }
