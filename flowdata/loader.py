@@ -33,7 +33,7 @@ from torch.utils.data._utils.collate import default_collate
 
 from flowdata.chunk import Failure, PassSpec, run_chunk
 from flowdata.discover import Program, load_program
-from flowdata.errors import FlowdataError, SampleError
+from flowdata.errors import FlowdataError, SampleError, describe
 from flowdata.index import ArrowIndex, SequenceIndex
 from flowdata.node import Node
 from flowdata.report import Report, Skip
@@ -416,7 +416,7 @@ class DataLoader(TorchDataLoader):  # type: ignore[type-arg]
             held_batches = f"{self._served}..{self._served + len(held) - 1}"
             samples = f" (samples {_ranges(sorted(i for b in held for i in b))})"
         return FlowdataError(
-            f"a DataLoader worker died ({str(exc).strip()}) while the loader waited for batch "
+            f"a DataLoader worker died ({describe(exc)}) while the loader waited for batch "
             f"{self._served} of epoch {self._epoch}; the workers held batches {held_batches}{samples}\n"
             "  fix: check memory use or native crashes in those samples' nodes; "
             "driver.run_sample([...], index=...) runs one in this process"
