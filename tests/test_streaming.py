@@ -6,6 +6,8 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 import flowdata as fd
 
@@ -138,3 +140,69 @@ def test_streaming_skip(dr: fd.Driver) -> None:
     assert sorted(s.index for s in loader.report.skipped) == [7, 17, 27]
     with pytest.raises(TypeError, match=r"a streaming loader has no length"):
         len(loader)
+
+
+class _Info:
+    def __init__(self, id: int, num_workers: int) -> None:
+        self.id, self.num_workers = id, num_workers
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    n=st.integers(0, 60),
+    batch_size=st.integers(1, 9),
+    workers=st.integers(1, 4),
+    world_size=st.integers(1, 3),
+    shuffle=st.booleans(),
+    drop_last=st.booleans(),
+    start=st.integers(0, 5),
+)
+def test_stream_sharding_property(
+    stream_driver: fd.Driver, n: int, batch_size: int, workers: int, world_size: int, shuffle: bool, drop_last: bool, start: int
+) -> None:
+    import flowdata.streaming as streaming
+
+    seen: list[int] = []
+    for rank in range(world_size):
+        loader = stream_driver.dataloader(
+            ["name"], inputs={"n": n}, batch_size=batch_size, streaming=True, shuffle=shuffle,
+            shuffle_buffer=5, rank=rank, world_size=world_size, drop_last=drop_last,
+        )
+        ds = loader.dataset
+        reference = [idx for _, idx, _ in ds.batches()]  # this rank's batches, in order
+        ds.skip_batches = start
+        per_worker = []
+        original = streaming.get_worker_info
+        try:
+            for w in range(workers):
+                streaming.get_worker_info = lambda w=w: _Info(w, workers)  # type: ignore[assignment]
+                per_worker.append([b.indices for b in ds])
+        finally:
+            streaming.get_worker_info = original
+        # torch takes batches from the workers in turn, skipping those that ran out.
+        merged, cursors = [], [0] * workers
+        while any(c < len(p) for c, p in zip(cursors, per_worker)):
+            for w in range(workers):
+                if cursors[w] < len(per_worker[w]):
+                    merged.append(per_worker[w][cursors[w]])
+                    cursors[w] += 1
+        assert merged == reference[start:]  # in order, resumed exactly, whatever the workers
+        seen += [i for b in reference for i in b]
+    assert len(seen) == len(set(seen))
+    if not drop_last:
+        assert sorted(seen) == list(range(n))
+
+
+@pytest.fixture(scope="module")
+def stream_driver(tmp_path_factory: pytest.TempPathFactory) -> fd.Driver:
+    import importlib.util
+    import sys
+
+    path = tmp_path_factory.mktemp("stream") / "stream_prop_flow.py"
+    path.write_text(FLOW)
+    spec = importlib.util.spec_from_file_location("stream_prop_flow", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["stream_prop_flow"] = module
+    spec.loader.exec_module(module)
+    return fd.Builder().with_modules(module).build()
