@@ -20,6 +20,7 @@ from flowdata.types import Collect, Parallel, Sequential
 __all__ = [
     "Builder",
     "Collect",
+    "DataLoader",
     "Driver",
     "Executor",
     "FlowdataError",
@@ -40,3 +41,12 @@ __all__ = [
 ]
 
 __version__ = "0.1.0"
+
+
+def __getattr__(name: str) -> object:
+    # The training iterator imports torch: loaded on first use, so `import flowdata` stays light.
+    if name == "DataLoader":
+        from flowdata.loader import DataLoader
+
+        return DataLoader
+    raise AttributeError(f"module 'flowdata' has no attribute {name!r}")

@@ -159,7 +159,7 @@ class Driver:
         # Config entries are inputs too, as in Hamilton.
         return {**self.config, **(inputs or {}), **(overrides or {})}
 
-    def _warn_unread(self, inputs: Mapping[str, Any]) -> None:
+    def _warn_unread(self, inputs: Mapping[str, Any], stacklevel: int = 4) -> None:
         """Warns about inputs no node reads: usually a misspelt name whose default was used."""
         unread = [k for k in inputs if k not in self.graph.inputs and k not in self.graph.nodes]
         if not unread:
@@ -171,7 +171,7 @@ class Driver:
         warnings.warn(
             f"input{'s' if len(unread) > 1 else ''} {', '.join(hints)} not read by any node",
             UnreadInputWarning,
-            stacklevel=4,
+            stacklevel=stacklevel,
         )
 
     @_public
@@ -271,7 +271,7 @@ class Driver:
         if on_error not in ("raise", "skip"):
             raise InputError(f"on_error={on_error!r}: expected 'raise' or 'skip'")
         values = self._values(inputs, None)
-        self._warn_unread(inputs or {})
+        self._warn_unread(inputs or {}, stacklevel=5)
         plan = make_plan(self.graph, self.analysis, outputs, set(values), allow_per_sample=True)
         whole_outputs = [o for o in outputs if not self.analysis.per_sample(o)]
         if whole_outputs or not outputs:

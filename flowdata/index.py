@@ -14,7 +14,9 @@ that says what to yield instead.
 from __future__ import annotations
 
 import os
+import shutil
 import tempfile
+import weakref
 from collections.abc import Iterable, Iterator, Sequence
 from itertools import islice
 from typing import Any, Protocol, runtime_checkable
@@ -110,7 +112,12 @@ def build_index(items: Any, directory: str | None, name: str) -> SequenceIndex |
     """
     if hasattr(items, "__len__") and hasattr(items, "__getitem__") and not isinstance(items, (str, bytes, dict)):
         return SequenceIndex(items)
-    return _write_arrow(iter(items), directory, name)
+    index = _write_arrow(iter(items), directory, name)
+    if directory is None:
+        # A temporary index lives as long as the index object in this process (workers,
+        # which hold copies, stop before the loader that owns it is collected).
+        weakref.finalize(index, shutil.rmtree, os.path.dirname(index.path), True)
+    return index
 
 
 def _write_arrow(items: Iterable[Any], directory: str | None, name: str) -> ArrowIndex:

@@ -57,7 +57,9 @@ class EpochBatches(Sampler[list[int]]):
     with a generator seeded from (seed, epoch) when ``shuffle``, then dealt to ranks in
     turn (rank ``r`` takes positions ``r, r + world_size, ...``), then cut into batches.
     Every sample appears exactly once per epoch across ranks; ranks differ by at most one
-    sample. ``drop_last`` drops each rank's last, incomplete batch.
+    sample (so by at most one batch). ``drop_last`` drops the last ``len % (batch_size *
+    world_size)`` samples of the permutation, so that every rank gets the same number of
+    full batches.
     """
 
     def __init__(
@@ -91,6 +93,11 @@ class EpochBatches(Sampler[list[int]]):
             g = torch.Generator()
             g.manual_seed(sample_seed(self.seed, self.epoch, -1))
             order = order[torch.randperm(len(order), generator=g)]
+        if self.drop_last:
+            # Every rank gets the same number of full batches (a DDP step waits for all
+            # ranks): the last, partial round of batches is dropped for everyone.
+            per_round = self.batch_size * self.world_size
+            order = order[: len(order) - len(order) % per_round]
         return order[self.rank :: self.world_size]
 
     def batches(self) -> list[list[int]]:
@@ -200,20 +207,49 @@ class PassDataset(Dataset[dict[str, Any]]):
         return len(self.index)
 
     def __getitem__(self, i: int) -> dict[str, Any]:
-        """One sample's outputs (epoch 0), uncollated."""
-        batch = self.compute([int(i)], 0)
-        if batch.failure is not None or not batch.indices:
-            failure = batch.failure or batch.skipped[0]
-            raise _sample_error(failure, self.spec.group, self.spec.number, batch.worker)
-        return {k: v[0] for k, v in batch.data.items()}
+        """One sample's outputs (epoch 0), as the nodes returned them (not collated)."""
+        return self.rows([int(i)], 0)[0]
 
-    def __getitems__(self, indices: Sequence[int]) -> Batch:
-        """A whole batch, computed column by column (called by the DataLoader's fetcher)."""
-        return self.compute(list(indices), getattr(indices, "epoch", 0))
+    def __getitems__(self, indices: Sequence[int]) -> list[dict[str, Any]]:
+        """Several samples' outputs, computed column by column (a plain torch DataLoader
+        calls this with a batch of indices, then its own ``collate_fn``)."""
+        return self.rows(list(indices), getattr(indices, "epoch", 0))
+
+    def rows(self, indices: list[int], epoch: int) -> list[dict[str, Any]]:
+        """Outputs of ``indices`` as one dict per sample; a failing sample raises ``SampleError``."""
+        result = compute_columns(self, indices, self.index.take(indices), epoch)
+        failure = result.failure or (result.skipped[0] if result.skipped else None)
+        if failure is not None:
+            raise _sample_error(failure, self.spec.group, self.spec.number, result.worker)
+        return [{k: result.columns[k][n] for k in self.outputs} for n in range(len(result.indices))]
 
     def compute(self, indices: list[int], epoch: int) -> Batch:
-        """Runs the pass over ``indices`` and collates the outputs."""
+        """Runs the pass over ``indices`` and collates the outputs (the loader's path)."""
         return compute_batch(self, indices, self.index.take(indices), epoch)
+
+
+class _BatchView(Dataset[Batch]):
+    """What ``flowdata.DataLoader`` fetches from: whole collated batches with their report."""
+
+    def __init__(self, base: PassDataset):
+        self.base = base
+
+    def __len__(self) -> int:
+        return len(self.base)
+
+    def __getitems__(self, indices: Sequence[int]) -> Batch:
+        return self.base.compute(list(indices), getattr(indices, "epoch", 0))
+
+    def __getitem__(self, i: int) -> Batch:
+        return self.base.compute([int(i)], 0)
+
+
+def compute_columns(ds: Any, indices: list[int], items: list[Any], epoch: int) -> Any:
+    """Runs a dataset's pass over samples, uncollated (a ``ChunkResult``)."""
+    info = get_worker_info()
+    worker = "main" if info is None else f"{info.id} (pid {os.getpid()})"
+    spec = PassSpec(ds.spec.group, ds.spec.number, ds.spec.computes, ds.outputs, seed=ds.seed, epoch=epoch)
+    return run_chunk(ds._get_nodes(), spec, ds.whole, indices, items, worker=worker, skip=ds.skip)
 
 
 def compute_batch(ds: Any, indices: list[int], items: list[Any], epoch: int) -> Batch:
@@ -222,14 +258,11 @@ def compute_batch(ds: Any, indices: list[int], items: list[Any], epoch: int) -> 
     ``ds`` is a :class:`PassDataset` or a stream dataset: anything with ``spec``, ``whole``,
     ``outputs``, ``seed``, ``skip``, ``collate_fn`` and ``_get_nodes()``.
     """
-    info = get_worker_info()
-    worker = "main" if info is None else f"{info.id} (pid {os.getpid()})"
-    spec = PassSpec(ds.spec.group, ds.spec.number, ds.spec.computes, ds.outputs, seed=ds.seed, epoch=epoch)
-    result = run_chunk(ds._get_nodes(), spec, ds.whole, indices, items, worker=worker, skip=ds.skip)
+    result = compute_columns(ds, indices, items, epoch)
     data: Any = result.columns
     if result.failure is None:
         data = _collate(ds.outputs, ds.collate_fn, result.columns, len(result.indices))
-    return Batch(data, list(result.indices), result.skipped, result.failure, result.node_seconds, worker)
+    return Batch(data, list(result.indices), result.skipped, result.failure, result.node_seconds, result.worker)
 
 
 def _collate(
@@ -306,8 +339,11 @@ class DataLoader(TorchDataLoader):  # type: ignore[type-arg]
         progress: bool = False,
         seed: int = 0,
     ):
+        self.flow_dataset = dataset
+        if sampler is None:
+            dataset.emit_batches = True  # the stream yields whole collated batches to us
         super().__init__(
-            dataset,
+            dataset if sampler is None else _BatchView(dataset),
             batch_size=None if sampler is None else 1,
             batch_sampler=sampler,
             num_workers=num_workers,
@@ -328,6 +364,7 @@ class DataLoader(TorchDataLoader):  # type: ignore[type-arg]
         self.progress = progress
         self._served = 0
         self._epoch = 0
+        self._resume_at = 0  # set by load_state_dict for the next iteration only
 
     @property
     def streaming(self) -> bool:
@@ -337,6 +374,7 @@ class DataLoader(TorchDataLoader):  # type: ignore[type-arg]
     def set_epoch(self, epoch: int) -> None:
         """Selects the epoch: it changes the shuffle and every ``sample_rng``."""
         self._epoch = int(epoch)
+        self._resume_at = 0
         self._start_at(0)
 
     def _start_at(self, batch: int) -> None:
@@ -344,8 +382,8 @@ class DataLoader(TorchDataLoader):  # type: ignore[type-arg]
             self.flow_sampler.epoch = self._epoch
             self.flow_sampler.start = batch
         else:
-            self.dataset.epoch = self._epoch  # type: ignore[attr-defined]
-            self.dataset.skip_batches = batch  # type: ignore[attr-defined]
+            self.flow_dataset.epoch = self._epoch
+            self.flow_dataset.skip_batches = batch
         self._served = batch
 
     @property
@@ -359,7 +397,7 @@ class DataLoader(TorchDataLoader):  # type: ignore[type-arg]
         return len(self.flow_sampler)
 
     def __iter__(self) -> Iterator[Any]:  # type: ignore[override]
-        start = self._served
+        start, self._resume_at = self._resume_at, 0
         self._start_at(start)
         total = len(self.flow_sampler) if self.flow_sampler is not None else None
         bar = _bar(self.progress, total, start, f"epoch {self._epoch}")
@@ -398,13 +436,13 @@ class DataLoader(TorchDataLoader):  # type: ignore[type-arg]
         self._start_at(0)
 
     def _account(self, batch: Batch) -> None:
-        spec = self.dataset.spec  # type: ignore[attr-defined]
+        spec = self.flow_dataset.spec
         group = spec.group
         if batch.failure is not None:
             raise _sample_error(batch.failure, group, spec.number, batch.worker).with_traceback(None)
         skips = [Skip(f.index, f.item, f.node, f.detail, group, spec.number) for f in batch.skipped]
         for s in skips:
-            _log.warning("skipped %s (%s)", s, batch.worker)
+            _log.warning("skipped %s (worker %s)", s, batch.worker)
         self.report.add(group, len(batch.indices), batch.node_seconds, skips)
 
     def _worker_died(self, exc: BaseException) -> FlowdataError:
@@ -435,8 +473,9 @@ class DataLoader(TorchDataLoader):  # type: ignore[type-arg]
                 "world_size": s.world_size,
                 "drop_last": s.drop_last,
             }
-        d: Any = self.dataset
+        d: Any = self.flow_dataset
         return {
+            "shuffle_buffer": d.shuffle_buffer,
             "streaming": True,
             "seed": d.seed,
             "shuffle": d.shuffle,
@@ -465,7 +504,8 @@ class DataLoader(TorchDataLoader):  # type: ignore[type-arg]
                 "  fix: build the loader with the same data and arguments (num_workers may differ)"
             )
         self._epoch = int(state["epoch"])
-        self._start_at(int(state["batches_served"]))
+        self._resume_at = int(state["batches_served"])
+        self._start_at(self._resume_at)
 
 def _forget_workers(it: Any) -> None:
     """Stops torch's SIGCHLD handler from reporting the same death again, later and anywhere.
@@ -493,12 +533,12 @@ def _ranges(values: Sequence[int], limit: int = 12) -> str:
     return text + (", ..." if len(runs) > limit else "")
 
 
-def _bar(enabled: bool, total: int | None, initial: int, desc: str) -> Any:
+def _bar(enabled: bool, total: int | None, initial: int, desc: str, unit: str = "batch") -> Any:
     if not enabled:
         return None
     from tqdm.auto import tqdm
 
-    return tqdm(total=total, initial=initial, desc=desc, unit="batch", leave=False)
+    return tqdm(total=total, initial=initial, desc=desc, unit=unit, leave=False)
 
 
 def prepare(
@@ -522,7 +562,7 @@ def prepare(
 
     index = build_index(run.source_value(group), cache_dir, group.source)
     run.sources[group.source] = index
-    bar = _bar(progress, len(index), 0, "statistics")
+    bar = _bar(progress, len(index), 0, "statistics", unit="sample")
     if bar is not None:
         run.on_chunk = lambda n: bar.update(n)
     try:

@@ -1,7 +1,7 @@
 """What a run did: samples seen and skipped (with reasons), time and calls per node.
 
-``execute(..., on_error="skip")`` and the training iterator fill a :class:`Report`;
-``loader.report`` and ``Driver.last_report`` expose it.
+``execute(..., report=Report())`` fills the report it is given; the training iterator
+keeps its own as ``loader.report`` (pass 1 and every epoch).
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ class Skip:
         node: The node that raised.
         error: ``Type: message`` of the exception.
         group: The group.
-        pass_: The pass (or ``0`` for the training iterator's epochs).
+        pass_: The pass the sample was computed in (a training epoch runs the group's last pass).
     """
 
     index: int

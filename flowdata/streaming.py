@@ -26,14 +26,14 @@ from torch.utils.data import IterableDataset, get_worker_info
 from flowdata.chunk import PassSpec
 from flowdata.discover import Program, load_program
 from flowdata.errors import NodeError, describe, user_traceback
-from flowdata.loader import _NODES, Batch, compute_batch
+from flowdata.loader import _NODES, Batch, compute_batch, compute_columns
 from flowdata.node import Node
 from flowdata.sample import sample_seed
 
 __all__ = ["StreamDataset"]
 
 
-class StreamDataset(IterableDataset[Batch]):
+class StreamDataset(IterableDataset[Any]):
     """A streaming pass: the source is iterated in each worker, sharded by item position.
 
     Args:
@@ -86,6 +86,7 @@ class StreamDataset(IterableDataset[Batch]):
         self.epoch = 0
         self.skip_batches = 0  # batches already served (resume), across workers
         self.exclude: frozenset[int] = frozenset()  # samples skipped in an earlier pass
+        self.emit_batches = False  # flowdata.DataLoader asks for collated batches
         self._nodes = nodes
         import pickle
 
@@ -139,7 +140,21 @@ class StreamDataset(IterableDataset[Batch]):
         if indices and not self.drop_last and b % self.world_size == self.rank:
             yield b // self.world_size, indices, items
 
-    def __iter__(self) -> Iterator[Batch]:
+    def __iter__(self) -> Iterator[Any]:
+        """Collated :class:`Batch` objects for ``flowdata.DataLoader``; for any other consumer,
+        one dict of outputs per sample (as the nodes returned them)."""
+        for batch in self._batches_computed():
+            if self.emit_batches:
+                yield batch
+            else:
+                if batch.failure is not None or batch.skipped:
+                    from flowdata.loader import _sample_error
+
+                    failure = batch.failure or batch.skipped[0]
+                    raise _sample_error(failure, self.spec.group, self.spec.number, batch.worker)
+                yield from batch.data
+
+    def _batches_computed(self) -> Iterator[Batch]:
         info = get_worker_info()
         worker, workers = (0, 1) if info is None else (info.id, info.num_workers)
         start = self.skip_batches
@@ -148,7 +163,12 @@ class StreamDataset(IterableDataset[Batch]):
             # batches start + w, start + w + workers, ... so they arrive in order.
             if j < start or (j - start) % workers != worker:
                 continue  # another worker's, or served before the resume: not computed
-            yield compute_batch(self, indices, items, self.epoch)
+            if self.emit_batches:
+                yield compute_batch(self, indices, items, self.epoch)
+            else:
+                result = compute_columns(self, indices, items, self.epoch)
+                rows = [{k: result.columns[k][n] for k in self.outputs} for n in range(len(result.indices))] if result.failure is None else []
+                yield Batch(rows, list(result.indices), result.skipped, result.failure, result.node_seconds, result.worker)
 
 
 def _shuffled(stream: Iterator[tuple[int, Any]], size: int, rng: random.Random) -> Iterator[tuple[int, Any]]:

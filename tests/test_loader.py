@@ -147,6 +147,8 @@ def test_exactly_once_across_ranks(
         sizes.append(sum(len(b) for b in batches))
         seen += [i for b in batches for i in b]
     assert len(seen) == len(set(seen))  # never twice
+    if drop_last:
+        assert len(set(sizes)) == 1  # every rank the same number of full batches (DDP-safe)
     if not drop_last:
         assert sorted(seen) == indices  # every sample once
         assert max(sizes) - min(sizes) <= 1  # uneven division: ranks differ by one at most
@@ -325,3 +327,36 @@ def test_progress_bars(dr: fd.Driver, capsys: pytest.CaptureFixture[str]) -> Non
     assert "statistics" in err and "epoch 0" in err
 
 
+
+
+def test_dataset_items_are_raw_values_and_plain_torch_loader_works(make_module: Callable[[str], Any]) -> None:
+    dr = fd.Builder().with_modules(make_module("""
+    from flowdata import Parallel
+    def item(n: int) -> Parallel[dict]:
+        for i in range(n):
+            yield {"path": f"p{i}", "label": i}
+    def meta(item: dict) -> dict:
+        return {"name": item["path"], "double": 2 * item["label"]}
+    def pair(item: dict) -> tuple[str, int]:
+        return (item["path"], item["label"])
+    def label(item: dict) -> int:
+        return item["label"]
+    """)).build()
+    ds = dr.dataset(["meta", "pair", "label"], inputs={"n": 10})
+    assert ds[7] == {"meta": {"name": "p7", "double": 14}, "pair": ("p7", 7), "label": 7}
+    assert type(ds[7]["label"]) is int
+    plain = torch.utils.data.DataLoader(ds, batch_size=4)
+    first = next(iter(plain))
+    assert first["label"].tolist() == [0, 1, 2, 3] and first["meta"]["name"] == ["p0", "p1", "p2", "p3"]
+
+
+def test_a_new_iteration_starts_at_the_first_batch(dr: fd.Driver) -> None:
+    loader = dr.dataloader(["path"], inputs={"n": 20}, batch_size=5)
+    for _ in loader:
+        break
+    assert next(iter(loader))["path"][0] == "clip-0.wav"
+    assert [b["path"][0] for b in loader] == ["clip-0.wav", "clip-5.wav", "clip-10.wav", "clip-15.wav"]
+
+
+def test_flowdata_dataloader_is_exported() -> None:
+    assert fd.DataLoader is DataLoader

@@ -12,6 +12,7 @@ def test_public_names_are_pinned() -> None:
     assert sorted(flowdata.__all__) == [
         "Builder",
         "Collect",
+        "DataLoader",
         "Driver",
         "Executor",
         "FlowdataError",

@@ -57,15 +57,19 @@ n/2, 3n/4 and n-1, the per-sample code reads its own memory
 two parts from ``/proc/self/smaps_rollup``: Private_Dirty (copy-on-write copies: the
 list's reference counts written on every read, pytorch/pytorch#13246) and Private_Clean
 (file pages only this worker maps, i.e. the memory-mapped index, which the kernel may drop
-at will and which a second worker would share).
+at will and which a second worker would share). Part of any worker's Private_Dirty growth
+is a one-off that does not grow with the items: Python's cyclic garbage collector, on its
+first full collection in the worker, writes to every container object inherited from the
+parent (tens of MB with torch imported).
 
 **Section 5 — resume cost.** ``N`` = 50,000 trivial samples (flowdata, batch 64,
 shuffled, 0 workers): a loader is iterated ``k`` samples into an epoch (``k // 64``
 batches), its ``state_dict()`` taken; a fresh loader (built untimed) then runs
-``load_state_dict(state)`` and ``next(iter(loader))``: that is timed (best of
-``--repeats``), for k = 0, 1,000, 10,000, 40,000, and the batch checked against the
-same batch of an uninterrupted epoch. For reference, a plain torch DataLoader has no
-resume: reaching the same batch means iterating the ``k // 64`` batches before it.
+``load_state_dict(state)`` and ``next(iter(loader))``: that is timed for k = 0, 1,000,
+10,000, 40,000 (``--repeats`` rounds, each position once per round in rotated order;
+best and median), and the batch checked against the same batch of an uninterrupted
+epoch. For reference, a plain torch DataLoader has no resume: reaching the same batch
+means iterating the ``k // 64`` batches before it.
 
 How it is run
 -------------
@@ -74,7 +78,9 @@ figures belong to that row alone and one row's workers never overlap another's. 
 flowdata index goes into a temporary folder removed at the end. Each row also notes the
 *other load*: the machine's busy CPU time (``/proc/stat``) minus the row's own (its
 process and reaped workers) over the row's wall time and all CPUs; on a 2-core machine a
-few percent of other load already moves the 2-worker figures.
+few percent of other load already moves the 2-worker figures. A calibration line (a
+pure-Python loop in two processes at once against one, before and after the rows; 2.00x =
+two free cores) says how free the machine was.
 
 How to read it
 --------------
@@ -428,8 +434,8 @@ def _exec_flowdata_proc(args: argparse.Namespace) -> Measurement:
 def _exec_hamilton(args: argparse.Namespace) -> Measurement:
     import importlib
 
-    from hamilton import driver
-    from hamilton.execution.executors import SynchronousLocalTaskExecutor
+    from hamilton import driver  # type: ignore[import-untyped,unused-ignore]
+    from hamilton.execution.executors import SynchronousLocalTaskExecutor  # type: ignore[import-untyped,unused-ignore]
 
     dr = (
         driver.Builder()
@@ -527,35 +533,41 @@ def _resume(args: argparse.Namespace) -> Measurement:
             return dr.dataloader(["value"], inputs={"n": n}, batch_size=BATCH, shuffle=True, seed=SEED, cache_dir=cache)
 
         reference = [b["value"] for b in flow()]  # an uninterrupted epoch
+        states: dict[int, dict[str, Any]] = {}
         for k in RESUME_AT:
-            served = k // BATCH
             first = flow()
             it = iter(first)
-            for _ in range(served):
+            for _ in range(k // BATCH):
                 next(it)
-            state = first.state_dict()
+            states[k] = first.state_dict()
             del it, first
-            best, ok = math.inf, True
-            for _ in range(args.repeats):
+        flow_times: dict[int, list[float]] = {k: [] for k in RESUME_AT}
+        skip_times: dict[int, list[float]] = {k: [] for k in RESUME_AT}
+        for r in range(args.repeats):
+            # Every position once per round, the order rotated: a change in the machine's load
+            # then hits all positions alike.
+            shift = r % len(RESUME_AT)
+            for k in [*RESUME_AT[shift:], *RESUME_AT[:shift]]:
+                served = k // BATCH
                 fresh = flow()  # building is not timed: a resumed run builds its loader anyway
                 t0 = time.perf_counter()
-                fresh.load_state_dict(state)
+                fresh.load_state_dict(states[k])
                 batch = next(iter(fresh))
-                best = min(best, time.perf_counter() - t0)
-                ok = ok and torch.equal(batch["value"], reference[served])
-            m.figures[f"flow@{k}"] = best
-            m.checks[f"flow@{k}"] = ok
-            # A plain torch DataLoader cannot resume: it iterates the batches before.
-            best = math.inf
-            for _ in range(args.repeats):
+                flow_times[k].append(time.perf_counter() - t0)
+                ok = torch.equal(batch["value"], reference[served])
+                m.checks[f"flow@{k}"] = m.checks.get(f"flow@{k}", True) and ok
+                # A plain torch DataLoader cannot resume: it iterates the batches before.
                 plain = _hand_loader(hand["trivial"](n), 0)
                 t0 = time.perf_counter()
                 it = iter(plain)
                 for _ in range(served):
                     next(it)
                 next(it)
-                best = min(best, time.perf_counter() - t0)
-            m.figures[f"skip@{k}"] = best
+                skip_times[k].append(time.perf_counter() - t0)
+        for k in RESUME_AT:
+            m.figures[f"flow@{k}"] = min(flow_times[k])
+            m.figures[f"flow-median@{k}"] = statistics.median(flow_times[k])
+            m.figures[f"skip@{k}"] = min(skip_times[k])
     return m
 
 
@@ -645,10 +657,33 @@ def machine_lines() -> list[str]:
         f"machine   {platform.platform()}; {cpu_model}",
         f"cpus      os.cpu_count()={os.cpu_count()}, usable={usable}; memory {mem_gb}",
         f"python    {platform.python_implementation()} {platform.python_version()} ({sys.executable})",
-        f"packages  torch {_version('torch')}, flowdata {_version('flowdata')}, hamilton {hamilton}, "
-        f"pyarrow {_version('pyarrow')}, pillow {_version('pillow')}, psutil {_version('psutil')}",
+        (
+            f"packages  torch {_version('torch')}, flowdata {_version('flowdata')}, hamilton {hamilton}, "
+            f"pyarrow {_version('pyarrow')}, pillow {_version('pillow')}, psutil {_version('psutil')}"
+        ),
         f"          multiprocessing start method: {multiprocessing.get_start_method()}",
     ]
+
+
+_SPIN = "import time\nt = time.perf_counter()\nx = 0\nfor i in range(4_000_000):\n    x += i\nprint(time.perf_counter() - t)"
+
+
+def calibrate() -> float | None:
+    """How many free cores a pure-Python loop finds: ``2 x t(1 process) / t(2 at once)``.
+
+    2.00 means two free cores; about 1 means another process keeps one core busy, and the
+    2-worker figures mean little.
+    """
+
+    def spin(k: int) -> float:
+        procs = [subprocess.Popen([sys.executable, "-c", _SPIN], stdout=subprocess.PIPE, text=True) for _ in range(k)]
+        return max(float(p.communicate()[0]) for p in procs)
+
+    try:
+        one = min(spin(1) for _ in range(2))
+        return 2 * one / spin(2)
+    except (OSError, ValueError):
+        return None
 
 
 def _ratio(a: float | None, b: float | None) -> float | None:
@@ -802,6 +837,14 @@ def print_execute(res: dict[str, Measurement]) -> None:
         )
 
 
+def _growth(m: Measurement, part: str) -> float | None:
+    """A memory figure at the end of the walk minus at its start."""
+    from loader_common import PROBE_FRACTIONS
+
+    a, b = _fig(m, f"{part}@{PROBE_FRACTIONS[0]}"), _fig(m, f"{part}@{PROBE_FRACTIONS[-1]}")
+    return None if a is None or b is None else b - a
+
+
 def print_memory(res: dict[str, Measurement], n: int) -> None:
     """Section 4: the DataLoader worker's private memory as it walks the items."""
     from loader_common import PROBE_FRACTIONS
@@ -824,9 +867,6 @@ def print_memory(res: dict[str, Measurement], n: int) -> None:
         first, last = uss[0], uss[-1]
         growth = None if first is None or last is None else last - first
 
-        def delta(part: str) -> float | None:
-            a, b = _fig(m, f"{part}@{PROBE_FRACTIONS[0]}"), _fig(m, f"{part}@{PROBE_FRACTIONS[-1]}")
-            return None if a is None or b is None else b - a
 
         notes = [_status(m), f"main peak RSS {_fnum(_fig(m, 'main_peak_mb'), 0)} MB", f"build {_fnum(_fig(m, 'build_s'), 1)} s"]
         if "index_mb" in m.figures:
@@ -836,7 +876,7 @@ def print_memory(res: dict[str, Measurement], n: int) -> None:
         print(
             f"{ROWS[name].label:<42}{cells}{_fnum(growth, 1):>9}"
             f"{_fnum(None if growth is None else growth / (n / 1e6), 1):>9}"
-            f"{_fnum(delta('dirty'), 1):>9}{_fnum(delta('clean'), 1):>9}{_fnum(_fig(m, 'walk_s'), 1):>8}  {'; '.join(notes)}"
+            f"{_fnum(_growth(m, 'dirty'), 1):>9}{_fnum(_growth(m, 'clean'), 1):>9}{_fnum(_fig(m, 'walk_s'), 1):>8}  {'; '.join(notes)}"
         )
     print(
         "  growth = USS at the end minus at sample 0; dirty + / clean + = the same for Private_Dirty "
@@ -852,24 +892,30 @@ def print_resume(res: dict[str, Measurement], repeats: int) -> None:
         f"\nSection 5 - resume: {N_TRIVIAL:,} trivial samples, batch {BATCH}, shuffled, 0 workers; "
         f"time to the first batch (best of {repeats})"
     )
-    header = f"{'k samples into the epoch':<26}{'batches':>9}{'flowdata load_state_dict ms':>29}{'torch skip-by-iterating ms':>28}  resumed batch"
+    header = (
+        f"{'k samples into the epoch':<26}{'batches':>9}{'flowdata ms':>13}{'median':>9}"
+        f"{'torch skip-by-iterating ms':>28}  resumed batch"
+    )
     print(header)
     print("-" * len(header))
     if m.error is not None:
         print(f"  {_status(m)}")
         return
     for k in RESUME_AT:
-        flow, skip = _fig(m, f"flow@{k}"), _fig(m, f"skip@{k}")
+        flow, median, skip = _fig(m, f"flow@{k}"), _fig(m, f"flow-median@{k}"), _fig(m, f"skip@{k}")
         ok = m.checks.get(f"flow@{k}")
         print(
-            f"{k:<26,}{k // BATCH:>9,}{_fnum(None if flow is None else flow * 1e3):>29}"
+            f"{k:<26,}{k // BATCH:>9,}{_fnum(None if flow is None else flow * 1e3):>13}"
+            f"{_fnum(None if median is None else median * 1e3):>9}"
             f"{_fnum(None if skip is None else skip * 1e3):>28}  "
             f"{'-' if ok is None else 'identical to the uninterrupted epoch' if ok else 'DIFFERS'}"
         )
-    flows = [_fig(m, f"flow@{k}") for k in RESUME_AT]
-    if all(f is not None for f in flows):
-        lo, hi = min(f for f in flows if f is not None), max(f for f in flows if f is not None)
-        print(f"  flowdata: slowest / fastest position {_fx(hi / lo)} (flat = near 1); other load {_load(m)}")
+    flows = [f for f in (_fig(m, f"flow@{k}") for k in RESUME_AT) if f is not None]
+    if len(flows) == len(RESUME_AT):
+        print(
+            f"  flowdata: slowest / fastest position {_fx(max(flows) / min(flows))} (flat = near 1); "
+            f"other load {_load(m)}"
+        )
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -897,6 +943,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     sys.stdout.flush()
 
     t0 = time.perf_counter()
+    scaling = [calibrate()]
     res: dict[str, Measurement] = {}
     for w in WORKER_COUNTS:
         res[f"overhead-w{w}"] = measure(f"overhead-w{w}", args)
@@ -916,6 +963,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     for name in ("cor-list", "cor-flow"):
         res[name] = measure(name, args)
     res["resume"] = measure("resume", args)
+    scaling.append(calibrate())
+
+    print(
+        "  machine calibration, pure-Python loop in 2 processes vs 1 (before, after): "
+        + ", ".join(_fnum(x) + "x" for x in scaling)
+        + "  (2.00x = two free cores)"
+    )
 
     print_overhead(res, N_TRIVIAL, args.repeats)
     print_decode(res, args.repeats, png_mb)

@@ -11,7 +11,13 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-from loader_common import constant_value, decode_png, memory_probe, probe_points, trivial_value
+from loader_common import (
+    constant_value,
+    decode_png,
+    memory_probe,
+    probe_points,
+    trivial_value,
+)
 from torch.utils.data import Dataset
 
 __all__ = ["ConstantDataset", "PathListDataset", "PngDataset", "TrivialDataset"]

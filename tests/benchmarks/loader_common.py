@@ -11,7 +11,7 @@ import functools
 import math
 
 import numpy as np
-import psutil
+import psutil  # type: ignore[import-untyped,unused-ignore]
 import torch
 from PIL import Image
 

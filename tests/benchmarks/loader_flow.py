@@ -33,7 +33,7 @@ def constant(item: int) -> torch.Tensor:
 
 def listed(n: int) -> Parallel[int]:
     """The samples ``0 .. n-1`` as a list (used as the index as it is; no Arrow)."""
-    return list(range(n))  # type: ignore[return-value]
+    return list(range(n))  # type: ignore[return-value,unused-ignore]
 
 
 def listed_value(listed: int) -> torch.Tensor:

@@ -34,4 +34,4 @@ def pixel_mean(pixels: torch.Tensor) -> float:
 
 def mean_sum(pixel_mean: Collect[float]) -> float:
     """The sum of the per-image means, in sample order."""
-    return sum(pixel_mean)
+    return float(sum(pixel_mean))

@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import torch
-from hamilton.htypes import Collect, Parallelizable
+from hamilton.htypes import Collect, Parallelizable  # type: ignore[import-untyped,unused-ignore]
 from loader_common import decode_png as _decode_png
 
 
@@ -31,4 +31,4 @@ def pixel_mean(pixels: torch.Tensor) -> float:
 
 def mean_sum(pixel_mean: Collect[float]) -> float:
     """The sum of the per-image means, in item order."""
-    return sum(pixel_mean)
+    return float(sum(pixel_mean))
