@@ -24,6 +24,8 @@ __all__ = ["Stats", "Welford", "StatsError", "as_float64"]
 
 NanPolicy = Literal["propagate", "ignore", "raise"]
 
+_STACK_ELEMENTS = 1 << 17  # values stacked per batch in fold(): about 1 MB of float64
+
 
 class StatsError(FlowdataError, ValueError):
     """A reducer received data it cannot fold (wrong shape, NaN under ``nan="raise"``)."""
@@ -56,12 +58,17 @@ class Stats:
 
 def as_float64(x: Any) -> np.ndarray:
     """A float64 numpy array from a torch tensor, numpy array, number or nested list."""
+    return np.asarray(as_array(x), dtype=np.float64)
+
+
+def as_array(x: Any) -> np.ndarray:
+    """A numpy array of a torch tensor (half precisions widened to float32), array, number or list."""
     if type(x).__module__.startswith("torch") and hasattr(x, "detach"):
         x = x.detach().to("cpu")
-        if not x.dtype.is_floating_point or x.dtype in _TORCH_HALF():
-            x = x.double()
+        if x.dtype in _TORCH_HALF():
+            x = x.float()
         x = x.numpy()
-    return np.asarray(x, dtype=np.float64)
+    return np.asarray(x)
 
 
 def _TORCH_HALF() -> tuple[Any, ...]:
@@ -116,28 +123,33 @@ class Welford:
 
     def update(self, x: Any) -> None:
         """Folds a batch in, reducing it over ``dim``."""
-        b = as_float64(x)
+        b = as_array(x)
         axes = self._axes(b.ndim)
         self._fold(b, axes)
 
     def fold(self, values: Sequence[Any]) -> None:
         """Folds several values at once: stacked into one batch when their shapes agree."""
-        arrays = [as_float64(v) for v in values]
+        arrays = [as_array(v) for v in values]
         if not arrays:
             return
         if all(a.shape == arrays[0].shape for a in arrays):
-            stacked = np.stack(arrays)
+            # Stack a few values at a time: about 1 MB of float64 stays in the CPU cache,
+            # where one huge stack would cost a page fault per 4 kB. The grouping depends
+            # only on the values' shape, so the arithmetic is the same in every process.
+            step = max(1, _STACK_ELEMENTS // max(1, arrays[0].size))
             axes = (0, *(a + 1 for a in self._axes(arrays[0].ndim)))
-            self._fold(stacked, axes)
+            for start in range(0, len(arrays), step):
+                self._fold(np.stack(arrays[start : start + step]), axes)
         else:
             for a in arrays:
                 self._fold(a, self._axes(a.ndim))
 
-    def _fold(self, b: np.ndarray, axes: tuple[int, ...]) -> None:
-        kept = tuple(s for i, s in enumerate(b.shape) if i not in axes)
-        self._check_shape(kept, b.shape)
-        if b.size == 0:
+    def _fold(self, raw: np.ndarray, axes: tuple[int, ...]) -> None:
+        kept = tuple(s for i, s in enumerate(raw.shape) if i not in axes)
+        self._check_shape(kept, raw.shape)
+        if raw.size == 0:
             return
+        b = raw.astype(np.float64, copy=False)
         if self.nan == "raise" and np.isnan(b).any():
             raise StatsError(
                 f"Welford(nan='raise') received {int(np.isnan(b).sum())} NaN value(s) in a batch "
@@ -156,9 +168,12 @@ class Welford:
             n_b = np.full(kept, int(np.prod([b.shape[a] for a in axes])), dtype=np.int64)
             mean_b = b.mean(axis=axes)
             dev = b - np.expand_dims(mean_b, axes)
-            m2_b = np.sum(dev * dev, axis=axes)
-            min_b = b.min(axis=axes)
-            max_b = b.max(axis=axes)
+            np.multiply(dev, dev, out=dev)
+            m2_b = dev.sum(axis=axes)
+            # Extremes are exact in the input's own dtype (no widened copy needed).
+            src = raw if raw.dtype.kind in "fiub" else b
+            min_b = np.asarray(src.min(axis=axes), dtype=np.float64)
+            max_b = np.asarray(src.max(axis=axes), dtype=np.float64)
         self._combine(np.asarray(n_b, dtype=np.int64), mean_b, m2_b, min_b, max_b)
 
     def _check_shape(self, kept: tuple[int, ...], shape: tuple[int, ...]) -> None:
