@@ -372,7 +372,13 @@ class DataLoader(TorchDataLoader):  # type: ignore[type-arg]
         return self.flow_sampler is None
 
     def set_epoch(self, epoch: int) -> None:
-        """Selects the epoch: it changes the shuffle and every ``sample_rng``."""
+        """Selects the epoch: it changes the shuffle and every ``sample_rng``.
+
+        Selecting the epoch a ``load_state_dict()`` restored keeps its position, so the
+        usual loop (``set_epoch(e)`` at the start of every epoch) resumes where it stopped.
+        """
+        if int(epoch) == self._epoch and self._resume_at:
+            return
         self._epoch = int(epoch)
         self._resume_at = 0
         self._start_at(0)

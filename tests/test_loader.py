@@ -360,3 +360,25 @@ def test_a_new_iteration_starts_at_the_first_batch(dr: fd.Driver) -> None:
 
 def test_flowdata_dataloader_is_exported() -> None:
     assert fd.DataLoader is DataLoader
+
+
+def test_the_usual_epoch_loop_resumes_where_it_stopped(dr: fd.Driver) -> None:
+    args: dict[str, Any] = {"inputs": {"n": 30}, "batch_size": 4, "shuffle": True, "seed": 2}
+    full = dr.dataloader(["path"], **args)
+    expected = []
+    for e in range(2):
+        full.set_epoch(e)
+        expected += [b["path"] for b in full]
+    first = dr.dataloader(["path"], **args)
+    first.set_epoch(0)
+    it = iter(first)
+    head = [next(it)["path"] for _ in range(3)]
+    state = first.state_dict()
+    del it
+    resumed = dr.dataloader(["path"], **args)
+    resumed.load_state_dict(state)
+    rest = []
+    for e in range(resumed.epoch, 2):
+        resumed.set_epoch(e)  # keeps the restored position for the restored epoch
+        rest += [b["path"] for b in resumed]
+    assert head + rest == expected
