@@ -240,3 +240,16 @@ def test_every_reducer_round_trips_state_and_pickle(reducer: Any, tmp_path: Any)
     # A restored reducer keeps accumulating.
     restored.merge(type(reducer).from_state_dict(state))
     assert restored.state_dict().keys() == state.keys()
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32, np.int32])
+def test_update_never_writes_into_the_callers_array(dtype: Any) -> None:
+    x = (np.arange(12).reshape(4, 3) * 3 + 1).astype(dtype)
+    before = x.copy()
+    w = Welford(dim=0)
+    w.update(x)
+    w.update(x)
+    assert np.array_equal(x, before)
+    assert w.result().mean.tolist() == before.astype(np.float64).mean(0).tolist()
+    back = pickle.loads(pickle.dumps(w))  # the scratch buffer is not state
+    assert "_scratch" not in back.__dict__ and _same(w, back)
