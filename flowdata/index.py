@@ -68,6 +68,9 @@ class ArrowIndex:
         self.length = length
         self.as_tuple = as_tuple
         self._column: Any = None
+        self._chunks: Any = None
+        self._starts: list[int] = []
+        self._views: Any = None
 
     def __getstate__(self) -> dict[str, Any]:
         return {"path": self.path, "length": self.length, "as_tuple": self.as_tuple}
@@ -83,14 +86,45 @@ class ArrowIndex:
 
         if self._column is None:
             source = pa.memory_map(self.path, "r")
-            self._column = pa.ipc.open_file(source).read_all().column(0)
+            column = pa.ipc.open_file(source).read_all().column(0)
+            starts, total = [], 0
+            for c in column.chunks:
+                starts.append(total)
+                total += len(c)
+            self._chunks, self._starts = column.chunks, starts
+            # Fixed-width columns without nulls: zero-copy numpy views of the memory map.
+            self._views = None
+            if pa.types.is_primitive(column.type) and all(c.null_count == 0 for c in column.chunks):
+                self._views = [c.to_numpy(zero_copy_only=True) for c in column.chunks]
+            self._column = column
         return self._column
 
     def take(self, indices: Sequence[int]) -> list[Any]:
-        """The items at ``indices``, read from the memory map."""
+        """The items at ``indices``, read from the memory map chunk by chunk.
+
+        ``ChunkedArray.take`` concatenates the chunks of a string column first (a copy of
+        the whole column at every call), so each chunk is taken from on its own.
+        """
+        import bisect
+
         import pyarrow as pa
 
-        values = self._open().take(pa.array(indices, type=pa.int64())).to_pylist()
+        self._open()
+        chunks, starts, views = self._chunks, self._starts, self._views
+        if len(chunks) == 1:
+            values = views[0][indices].tolist() if views is not None else (
+                chunks[0].take(pa.array(indices, type=pa.int64())).to_pylist())
+        else:
+            values = [None] * len(indices)
+            by_chunk: dict[int, list[int]] = {}
+            for pos, i in enumerate(indices):
+                by_chunk.setdefault(bisect.bisect_right(starts, i) - 1, []).append(pos)
+            for c, positions in by_chunk.items():
+                local = [indices[p] - starts[c] for p in positions]
+                got = views[c][local].tolist() if views is not None else (
+                    chunks[c].take(pa.array(local, type=pa.int64())).to_pylist())
+                for p, v in zip(positions, got):
+                    values[p] = v
         if self.as_tuple:
             return [tuple(v.values()) for v in values]
         return values  # type: ignore[no-any-return]
@@ -129,6 +163,7 @@ def _write_arrow(items: Iterable[Any], directory: str | None, name: str) -> Arro
     os.close(fd)
     it = iter(items)
     writer = None
+    schema = None
     length = 0
     as_tuple = False
     try:
@@ -141,7 +176,7 @@ def _write_arrow(items: Iterable[Any], directory: str | None, name: str) -> Arro
             if as_tuple:
                 batch = [_tuple_row(x, name, length + i) for i, x in enumerate(batch)]
             try:
-                array = pa.array(batch) if writer is None else pa.array(batch, type=writer.schema.field(0).type)
+                array = pa.array(batch) if schema is None else pa.array(batch, type=schema.field(0).type)
             except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError) as exc:
                 raise FlowdataError(
                     f"source '{name}' yields items an Arrow index cannot hold "
@@ -151,7 +186,8 @@ def _write_arrow(items: Iterable[Any], directory: str | None, name: str) -> Arro
                     "per-sample node, or return a list from the source to use it as the index"
                 ) from exc
             if writer is None:
-                writer = pa.ipc.new_file(path, pa.schema([pa.field("item", array.type)]))
+                schema = pa.schema([pa.field("item", array.type)])
+                writer = pa.ipc.new_file(path, schema)
             writer.write_batch(pa.record_batch([array], names=["item"]))
             length += len(batch)
         if writer is None:

@@ -78,6 +78,7 @@ class EpochBatches(Sampler[list[int]]):
         if not 0 <= rank < world_size:
             raise FlowdataError(f"rank={rank} is not in range for world_size={world_size}")
         self.indices = torch.as_tensor(list(indices), dtype=torch.int64)
+        self._contiguous = bool(torch.equal(self.indices, torch.arange(len(self.indices))))
         self.batch_size = batch_size
         self.shuffle = shuffle
         self.seed = seed
@@ -92,7 +93,9 @@ class EpochBatches(Sampler[list[int]]):
         if self.shuffle:
             g = torch.Generator()
             g.manual_seed(sample_seed(self.seed, self.epoch, -1))
-            order = order[torch.randperm(len(order), generator=g)]
+            perm = torch.randperm(len(order), generator=g)
+            # With no sample skipped the indices are 0..n-1 and the permutation is the order.
+            order = perm if self._contiguous else order[perm]
         if self.drop_last:
             # Every rank gets the same number of full batches (a DDP step waits for all
             # ranks): the last, partial round of batches is dropped for everyone.
@@ -109,7 +112,11 @@ class EpochBatches(Sampler[list[int]]):
         return cut
 
     def __len__(self) -> int:
-        n = len(self._mine())
+        # A count needs no permutation (this runs at every epoch start, besides batches()).
+        n = len(self.indices)
+        if self.drop_last:
+            n -= n % (self.batch_size * self.world_size)
+        n = max(0, -(-(n - self.rank) // self.world_size))
         return n // self.batch_size if self.drop_last else -(-n // self.batch_size)
 
     def __iter__(self) -> Iterator[list[int]]:
@@ -141,12 +148,73 @@ class Batch:
         self.node_seconds = node_seconds
         self.worker = worker
 
+    def __reduce__(self) -> Any:
+        # Small tensors travel inline through the pipe as numpy arrays: torch's shared-memory
+        # hand-off (a file descriptor per storage, received, opened and mapped) costs hundreds
+        # of µs per tensor, far more than copying a few KB.
+        return (_rebuild_batch, (_to_wire(self.data), self.indices, self.skipped, self.failure,
+                                 self.node_seconds, self.worker))
+
     def pin_memory(self) -> Batch:
         """Pins the batch's tensors (used by the DataLoader's pin-memory thread)."""
         from torch.utils.data._utils.pin_memory import pin_memory
 
         self.data = pin_memory(self.data)  # type: ignore[no-untyped-call]
         return self
+
+
+INLINE_BYTES = 1 << 20
+
+
+class _Inline:
+    """A small tensor's values, pickled by value (as a numpy array)."""
+
+    __slots__ = ("array",)
+
+    def __init__(self, array: Any):
+        self.array = array
+
+
+def _to_wire(x: Any) -> Any:
+    if type(x) is torch.Tensor:
+        if (x.device.type == "cpu" and x.layout == torch.strided and not x.requires_grad
+                and x.nbytes <= INLINE_BYTES and not x.is_conj() and not x.is_neg()):
+            try:
+                return _Inline(x.numpy())
+            except (TypeError, RuntimeError):  # a dtype numpy cannot hold (bfloat16, float8, ...)
+                return x
+        return x
+    if type(x) is dict:
+        return {k: _to_wire(v) for k, v in x.items()}
+    if type(x) in (list, tuple):
+        return type(x)(_to_wire(v) for v in x)
+    return x
+
+
+def _from_wire(x: Any) -> Any:
+    if type(x) is _Inline:
+        return torch.from_numpy(x.array)
+    if type(x) is dict:
+        return {k: _from_wire(v) for k, v in x.items()}
+    if type(x) in (list, tuple):
+        return type(x)(_from_wire(v) for v in x)
+    return x
+
+
+def _rebuild_batch(data: Any, *rest: Any) -> Batch:
+    return Batch(_from_wire(data), *rest)
+
+
+def _collate_column(column: list[Any]) -> Any:
+    """A column collated; a small tensor batch is stacked in ordinary memory (in a worker,
+    default_collate allocates shared memory, which pays off only for big batches)."""
+    first = column[0]
+    if type(first) is torch.Tensor and first.nbytes * len(column) <= INLINE_BYTES:
+        try:
+            return torch.stack(column)
+        except (RuntimeError, TypeError):
+            pass
+    return default_collate(column)  # type: ignore[no-untyped-call]
 
 
 _NODES: dict[bytes, Mapping[str, Node]] = {}
@@ -273,7 +341,7 @@ def _collate(
         return collate_fn(rows)
     if n == 0:
         return {k: [] for k in outputs}
-    return {k: default_collate(columns[k]) for k in outputs}  # type: ignore[no-untyped-call]
+    return {k: _collate_column(columns[k]) for k in outputs}
 
 
 def _identity(batch: Any) -> Any:
@@ -301,6 +369,11 @@ class _WorkerInit:
         self.seed, self.user = seed, user
 
     def __call__(self, worker_id: int) -> None:
+        # Objects inherited from the parent are not garbage here: keep the cyclic GC from
+        # traversing them, which writes to each and so copies every page they sit on.
+        import gc
+
+        gc.freeze()
         s = sample_seed(self.seed, -2, worker_id)
         random.seed(s)
         try:

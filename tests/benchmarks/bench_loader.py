@@ -35,7 +35,8 @@ minus at 0`` is what moving a batch through the worker queue costs the main proc
 each) written once with PIL into a temporary folder; each sample is decoded with PIL to
 float32 CHW divided by 255 (``loader_common.decode_png``, the same function in both
 contenders). Hand-written ``Dataset`` over the sorted paths vs flowdata
-(``loader_png_flow.py``), batch 64, shuffled, 0 and 2 workers, measured as section 1.
+(``loader_png_flow.py``), batch 64, shuffled, 0 and 2 workers, measured as section 1 but
+with twice the epochs (they are short, and vary more from one to the next).
 Target: flowdata / hand-written samples/s >= 0.95x.
 
 **Section 3 — ``execute()`` against Hamilton.** The same decode per sample, then the
@@ -369,7 +370,8 @@ def _decode(args: argparse.Namespace, name: str, workers: int) -> Measurement:
             Contender("hand", lambda: _hand_loader(hand["png"](paths), workers), "pixels"),
             Contender("flow", lambda: flow(workers), "pixels"),
         ]
-        _race(contenders, args.repeats, len(paths), m)
+        # Decode epochs are short and vary more from one to the next: twice the epochs.
+        _race(contenders, 2 * args.repeats, len(paths), m)
     m.figures["n"] = len(paths)
     return m
 
@@ -756,10 +758,11 @@ def print_overhead(res: dict[str, Measurement], n: int, repeats: int) -> None:
     for w in WORKER_COUNTS:
         m = res[f"overhead-w{w}"]
         r = _ratio(_fig(m, "flow.best_s"), _fig(m, "hand.best_s"))
+        median = _ratio(_fig(m, "flow.median_s"), _fig(m, "hand.median_s"))
         first = _ratio(_fig(m, "flow.first_s"), _fig(m, "hand.first_s"))
         print(
             f"  {w} workers: {_fx(r):>6}  {_verdict(r, TARGET_OVERHEAD[w], at_most=True)}"
-            f"   (first epoch incl. start-up: {_fx(first)})"
+            f"   (medians: {_fx(median)}; first epoch incl. start-up: {_fx(first)})"
         )
 
     print(
@@ -789,7 +792,7 @@ def print_decode(res: dict[str, Measurement], repeats: int, png_mb: float) -> No
     n = int(_fig(res["decode-w0"], "n") or N_PNG)
     print(
         f"\nSection 2 - decode-bound: {n:,} PNGs {PNG_SIDE}x{PNG_SIDE} RGB ({png_mb:.1f} MB) -> float32 CHW / 255, "
-        f"batch {BATCH}, shuffled  (best of {repeats} epochs after the first)"
+        f"batch {BATCH}, shuffled  (best of {2 * repeats} epochs after the first)"
     )
     header = f"{'row':<37}{'workers':>8}{'samples/s':>11}{'median':>9}{'x hand':>8}{'first epoch ms':>16}{'other load':>12}  status"
     print(header)
@@ -807,7 +810,11 @@ def print_decode(res: dict[str, Measurement], repeats: int, png_mb: float) -> No
     for w in WORKER_COUNTS:
         m = res[f"decode-w{w}"]
         r = _ratio(_fig(m, "hand.best_s"), _fig(m, "flow.best_s"))
-        print(f"  {w} workers: flowdata / hand-written throughput {_fx(r):>6}  {_verdict(r, TARGET_DECODE, at_most=False)}")
+        median = _ratio(_fig(m, "hand.median_s"), _fig(m, "flow.median_s"))
+        print(
+            f"  {w} workers: flowdata / hand-written throughput {_fx(r):>6}  "
+            f"{_verdict(r, TARGET_DECODE, at_most=False)}   (medians: {_fx(median)})"
+        )
     s0, s2 = _fig(res["decode-w0"], "flow.best_s"), _fig(res["decode-w2"], "flow.best_s")
     h0, h2 = _fig(res["decode-w0"], "hand.best_s"), _fig(res["decode-w2"], "hand.best_s")
     print(f"  speed-up 2 workers over 0: hand-written {_fx(_ratio(h0, h2))}, flowdata {_fx(_ratio(s0, s2))}")
@@ -911,10 +918,11 @@ def print_resume(res: dict[str, Measurement], repeats: int) -> None:
             f"{'-' if ok is None else 'identical to the uninterrupted epoch' if ok else 'DIFFERS'}"
         )
     flows = [f for f in (_fig(m, f"flow@{k}") for k in RESUME_AT) if f is not None]
-    if len(flows) == len(RESUME_AT):
+    medians = [f for f in (_fig(m, f"flow-median@{k}") for k in RESUME_AT) if f is not None]
+    if len(flows) == len(medians) == len(RESUME_AT):
         print(
-            f"  flowdata: slowest / fastest position {_fx(max(flows) / min(flows))} (flat = near 1); "
-            f"other load {_load(m)}"
+            f"  flowdata, slowest position over fastest (flat = near 1): best {_fx(max(flows) / min(flows))}, "
+            f"median {_fx(max(medians) / min(medians))}; other load {_load(m)}"
         )
 
 
@@ -922,14 +930,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Parses arguments; runs one row (child mode) or the whole benchmark."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
     parser.add_argument("--quick", action="store_true", help=f"3 repeats, {N_PATHS_QUICK:,} paths in section 4")
-    parser.add_argument("--repeats", type=int, default=None, help="timed epochs/runs per row (best kept; 7, 3 with --quick)")
+    parser.add_argument("--repeats", type=int, default=None, help="timed epochs/runs per row (best kept; 9, 3 with --quick)")
     parser.add_argument("--skip-hamilton", action="store_true", help="leave out the Hamilton row")
     parser.add_argument("--row", choices=sorted(ROWS), help=argparse.SUPPRESS)  # child mode
     parser.add_argument("--folder", default="", help=argparse.SUPPRESS)
     parser.add_argument("--n-paths", type=int, default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.repeats is None:
-        args.repeats = 3 if args.quick else 7
+        args.repeats = 3 if args.quick else 9
     if args.n_paths is None:
         args.n_paths = N_PATHS_QUICK if args.quick else N_PATHS
 
