@@ -220,7 +220,37 @@ def _collate_column(column: list[Any]) -> Any:
 _NODES: dict[bytes, Mapping[str, Node]] = {}
 
 
-class PassDataset(Dataset[dict[str, Any]]):
+class ProgramNodes:
+    """Nodes rebuilt from a :class:`Program` once per process; pickles without them.
+
+    Datasets travel to workers as plain data (module names, config, values); the nodes,
+    whose callables may be closures made by Hamilton's modifiers, are rebuilt there.
+    """
+
+    program: Program
+    _nodes: Mapping[str, Node] | None
+    _program_key: bytes
+
+    def _keep_nodes(self, program: Program, nodes: Mapping[str, Node] | None) -> None:
+        self.program = program
+        self._nodes = nodes
+        self._program_key = pickle.dumps(program)
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        state["_nodes"] = None  # rebuilt from the program in the worker
+        return state
+
+    def _get_nodes(self) -> Mapping[str, Node]:
+        if self._nodes is None:
+            nodes = _NODES.get(self._program_key)
+            if nodes is None:
+                nodes = _NODES[self._program_key] = load_program(self.program)
+            self._nodes = nodes
+        return self._nodes
+
+
+class PassDataset(ProgramNodes, Dataset[dict[str, Any]]):
     """The per-sample work of one pass as a torch ``Dataset``.
 
     Args:
@@ -255,21 +285,7 @@ class PassDataset(Dataset[dict[str, Any]]):
         self.seed = seed
         self.skip = skip
         self.collate_fn = collate_fn
-        self._nodes = nodes
-        self._program_key = pickle.dumps(program)
-
-    def __getstate__(self) -> dict[str, Any]:
-        state = self.__dict__.copy()
-        state["_nodes"] = None  # rebuilt from the program in the worker
-        return state
-
-    def _get_nodes(self) -> Mapping[str, Node]:
-        if self._nodes is None:
-            nodes = _NODES.get(self._program_key)
-            if nodes is None:
-                nodes = _NODES[self._program_key] = load_program(self.program)
-            self._nodes = nodes
-        return self._nodes
+        self._keep_nodes(program, nodes)
 
     def __len__(self) -> int:
         return len(self.index)

@@ -24,16 +24,16 @@ from typing import Any
 from torch.utils.data import IterableDataset, get_worker_info
 
 from flowdata.chunk import PassSpec
-from flowdata.discover import Program, load_program
+from flowdata.discover import Program
 from flowdata.errors import NodeError, describe, user_traceback
-from flowdata.loader import _NODES, Batch, compute_batch, compute_columns
+from flowdata.loader import Batch, ProgramNodes, compute_batch, compute_columns
 from flowdata.node import Node
 from flowdata.sample import sample_seed
 
 __all__ = ["StreamDataset"]
 
 
-class StreamDataset(IterableDataset[Any]):
+class StreamDataset(ProgramNodes, IterableDataset[Any]):
     """A streaming pass: the source is iterated in each worker, sharded by item position.
 
     Args:
@@ -87,23 +87,7 @@ class StreamDataset(IterableDataset[Any]):
         self.skip_batches = 0  # batches already served (resume), across workers
         self.exclude: frozenset[int] = frozenset()  # samples skipped in an earlier pass
         self.emit_batches = False  # flowdata.DataLoader asks for collated batches
-        self._nodes = nodes
-        import pickle
-
-        self._program_key = pickle.dumps(program)
-
-    def __getstate__(self) -> dict[str, Any]:
-        state = self.__dict__.copy()
-        state["_nodes"] = None
-        return state
-
-    def _get_nodes(self) -> Mapping[str, Node]:
-        if self._nodes is None:
-            nodes = _NODES.get(self._program_key)
-            if nodes is None:
-                nodes = _NODES[self._program_key] = load_program(self.program)
-            self._nodes = nodes
-        return self._nodes
+        self._keep_nodes(program, nodes)
 
     def _items(self) -> Iterator[Any]:
         source = self._get_nodes()[self.spec.group]
