@@ -3,7 +3,7 @@
 Chunk sizes
 -----------
 :class:`ChunkSizer` starts chunks small and doubles them while one takes less than about
-50 ms, so tiny samples amortise the per-chunk cost and slow samples still spread over the
+20 ms, so tiny samples amortise the per-chunk cost and slow samples still spread over the
 workers early; it also keeps a chunk under about 8 MB (estimated from the first sample of
 each column), so large samples do not pile up in memory, and keeps chunks block-aligned
 when reductions fold blocks where the samples are computed.
@@ -35,7 +35,7 @@ from flowdata.node import Node
 
 __all__ = ["ChunkSizer", "JobThread", "MAX_CHUNK", "Tee", "approx_bytes", "chunked", "collect_iterables", "run_jobs"]
 
-_MIN_CHUNK, MAX_CHUNK, _TARGET_SECONDS, _TARGET_BYTES = 8, 4096, 0.05, 8 << 20
+_MIN_CHUNK, MAX_CHUNK, _TARGET_SECONDS, _TARGET_BYTES = 8, 4096, 0.02, 8 << 20
 _BUFFER_CHUNKS = 4
 
 
@@ -179,7 +179,7 @@ def chunked(
 class ChunkSizer:
     """Chooses how many samples go in the next chunk.
 
-    Chunks start small and double while one takes less than about 50 ms, so tiny samples
+    Chunks start small and double while one takes less than about 20 ms, so tiny samples
     amortise the per-chunk cost and slow samples still spread over the workers early; a
     chunk is also kept under about 8 MB (estimated from the first sample of each column),
     so large samples (decoded media, 1 MB blobs) do not pile up in memory.
