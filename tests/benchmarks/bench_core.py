@@ -64,27 +64,23 @@ collect it (``norecursedirs`` excludes ``tests/benchmarks``).
 from __future__ import annotations
 
 import argparse
-import datetime
-import json
-import math
-import multiprocessing
-import os
-import platform
 import resource
-import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import asdict, dataclass, field
-from importlib import metadata
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 HERE = Path(__file__).resolve().parent
 if str(HERE) not in sys.path:  # the workload modules live next to this script
     sys.path.insert(0, str(HERE))
 
-RESULT_TAG = "BENCH_RESULT "
+if TYPE_CHECKING:  # mypy names the modules of this folder tests.benchmarks.*
+    from tests.benchmarks import bench_common as bc
+else:
+    import bench_common as bc
+
 NUM_WORKERS = 2
 BLOB_BYTES = 1_000_000
 CORE_SIZES = (10_000, 100_000)
@@ -122,24 +118,6 @@ class Measurement:
     error: str | None = None
 
 
-def _maxrss_mb(who: int = resource.RUSAGE_SELF) -> float:
-    """Peak resident set size of ``who`` in MB (ru_maxrss is KiB on Linux, bytes on macOS)."""
-    raw = resource.getrusage(who).ru_maxrss
-    return raw / 2**20 if sys.platform == "darwin" else raw / 2**10
-
-
-def _best_of(work: Callable[[], Any], repeats: int, warm_up: bool = True) -> tuple[float, Any]:
-    """Best wall time of ``repeats`` calls of ``work`` (after one untimed call) and its result."""
-    if warm_up:
-        work()
-    best, result = math.inf, None
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        result = work()
-        best = min(best, time.perf_counter() - t0)
-    return best, result
-
-
 def _once(work: Callable[[], Any]) -> tuple[float, Any]:
     """Wall time of a single call of ``work`` and its result."""
     t0 = time.perf_counter()
@@ -159,28 +137,8 @@ def _blob(i: int) -> bytes:
 
 
 RowFn = Callable[[int, int], Measurement]
-
-
-@dataclass(frozen=True)
-class Row:
-    """A benchmark row: its label in the tables and the function measuring it."""
-
-    name: str
-    label: str
-    fn: RowFn
-
-
-ROWS: dict[str, Row] = {}
-
-
-def row(name: str, label: str) -> Callable[[RowFn], RowFn]:
-    """Registers ``fn(n, repeats) -> Measurement`` as row ``name``."""
-
-    def register(fn: RowFn) -> RowFn:
-        ROWS[name] = Row(name, label, fn)
-        return fn
-
-    return register
+ROWS: bc.Rows[RowFn] = bc.Rows()
+row = ROWS.row  # registers ``fn(n, repeats) -> Measurement`` as a row
 
 
 def _measured(name: str, n: int, seconds: float, result: Any, expected: Any, base: float, **notes: float) -> Measurement:
@@ -189,40 +147,10 @@ def _measured(name: str, n: int, seconds: float, result: Any, expected: Any, bas
         n=n,
         us_per_sample=seconds / n * 1e6,
         rss_base_mb=base,
-        rss_peak_mb=_maxrss_mb(),
+        rss_peak_mb=bc.maxrss_mb(),
         correct=result == expected,
         notes=dict(notes),
     )
-
-
-def _flowdata_driver(module_name: str) -> tuple[Any, float]:
-    """A flowdata driver over one workload module, and the build time in ms."""
-    import importlib
-
-    import flowdata as fd
-
-    t0 = time.perf_counter()
-    dr = fd.Builder().with_modules(importlib.import_module(module_name)).build()
-    return dr, (time.perf_counter() - t0) * 1e3
-
-
-def _hamilton_driver(module_name: str) -> tuple[Any, float]:
-    """A Hamilton dynamic-execution driver, synchronous for every task, and the build time in ms."""
-    import importlib
-
-    from hamilton import driver
-    from hamilton.execution.executors import SynchronousLocalTaskExecutor
-
-    t0 = time.perf_counter()
-    dr = (
-        driver.Builder()
-        .with_modules(importlib.import_module(module_name))
-        .enable_dynamic_execution(allow_experimental_mode=True)
-        .with_local_executor(SynchronousLocalTaskExecutor())
-        .with_remote_executor(SynchronousLocalTaskExecutor())
-        .build()
-    )
-    return dr, (time.perf_counter() - t0) * 1e3
 
 
 # Section 1 rows.
@@ -238,8 +166,8 @@ def _plain_loop(n: int, repeats: int) -> Measurement:
             total += plus_one
         return total
 
-    base = _maxrss_mb()
-    seconds, result = _best_of(work, repeats)
+    base = bc.maxrss_mb()
+    seconds, result = bc.best_of(work, repeats)
     return _measured("plain-loop", n, seconds, result, n * n, base)
 
 
@@ -252,16 +180,16 @@ def _plain_calls(n: int, repeats: int) -> Measurement:
     def work() -> int:
         return int(m.total(m.plus_one(m.doubled(x)) for x in m.items(n)))
 
-    base = _maxrss_mb()
-    seconds, result = _best_of(work, repeats)
+    base = bc.maxrss_mb()
+    seconds, result = bc.best_of(work, repeats)
     return _measured("plain-calls", n, seconds, result, n * n, base)
 
 
 @row("flowdata-inline", "flowdata execute() inline")
 def _flowdata_inline(n: int, repeats: int) -> Measurement:
-    dr, build_ms = _flowdata_driver("core_flow")
-    base = _maxrss_mb()
-    seconds, result = _best_of(lambda: dr.execute(["total"], inputs={"n": n})["total"], repeats)
+    dr, build_ms = bc.flowdata_driver("core_flow")
+    base = bc.maxrss_mb()
+    seconds, result = bc.best_of(lambda: dr.execute(["total"], inputs={"n": n})["total"], repeats)
     return _measured("flowdata-inline", n, seconds, result, n * n, base, build_ms=build_ms)
 
 
@@ -269,26 +197,26 @@ def _flowdata_inline(n: int, repeats: int) -> Measurement:
 def _flowdata_processes(n: int, repeats: int) -> Measurement:
     import flowdata as fd
 
-    dr, build_ms = _flowdata_driver("core_flow")
-    base = _maxrss_mb()
+    dr, build_ms = bc.flowdata_driver("core_flow")
+    base = bc.maxrss_mb()
     ex = fd.ProcessExecutor(num_workers=NUM_WORKERS)
     try:
         first_s, _ = _once(lambda: dr.execute(["total"], inputs={"n": n}, executor=ex))
         # The first call (pool start, worker imports) is the warm-up.
-        seconds, result = _best_of(
+        seconds, result = bc.best_of(
             lambda: dr.execute(["total"], inputs={"n": n}, executor=ex)["total"], repeats, warm_up=False
         )
     finally:
         ex.close()  # reaps the workers, so RUSAGE_CHILDREN covers them
     m = _measured("flowdata-processes", n, seconds, result, n * n, base, build_ms=build_ms, first_call_ms=first_s * 1e3)
-    m.rss_workers_mb = _maxrss_mb(resource.RUSAGE_CHILDREN)
+    m.rss_workers_mb = bc.maxrss_mb(resource.RUSAGE_CHILDREN)
     return m
 
 
 @row("hamilton", "Hamilton 1.90 dynamic (sync)")
 def _hamilton(n: int, repeats: int) -> Measurement:
-    dr, build_ms = _hamilton_driver("core_flow_hamilton")
-    base = _maxrss_mb()
+    dr, build_ms = bc.hamilton_driver("core_flow_hamilton")
+    base = bc.maxrss_mb()
     seconds, result = _once(lambda: dr.execute(["total"], inputs={"n": n})["total"])
     return _measured("hamilton", n, seconds, result, n * n, base, build_ms=build_ms)
 
@@ -298,7 +226,7 @@ def _hamilton(n: int, repeats: int) -> Measurement:
 
 @row("mem-stream", "plain streaming loop")
 def _mem_stream(n: int, repeats: int) -> Measurement:
-    base = _maxrss_mb()
+    base = bc.maxrss_mb()
     seconds, result = _once(lambda: sum(len(_blob(i)) for i in range(n)))
     return _measured("mem-stream", n, seconds, result, n * BLOB_BYTES, base)
 
@@ -309,23 +237,23 @@ def _mem_list(n: int, repeats: int) -> Measurement:
         blobs = [_blob(i) for i in range(n)]
         return sum(len(b) for b in blobs)
 
-    base = _maxrss_mb()
+    base = bc.maxrss_mb()
     seconds, result = _once(work)
     return _measured("mem-list", n, seconds, result, n * BLOB_BYTES, base)
 
 
 @row("mem-flowdata-seq", "flowdata Sequential -> Collect")
 def _mem_flowdata_seq(n: int, repeats: int) -> Measurement:
-    dr, build_ms = _flowdata_driver("memory_flow")
-    base = _maxrss_mb()
+    dr, build_ms = bc.flowdata_driver("memory_flow")
+    base = bc.maxrss_mb()
     seconds, result = _once(lambda: dr.execute(["total_length"], inputs={"n": n})["total_length"])
     return _measured("mem-flowdata-seq", n, seconds, result, n * BLOB_BYTES, base, build_ms=build_ms)
 
 
 @row("mem-flowdata-par", "flowdata Parallel inline (ref.)")
 def _mem_flowdata_par(n: int, repeats: int) -> Measurement:
-    dr, build_ms = _flowdata_driver("memory_flow")
-    base = _maxrss_mb()
+    dr, build_ms = bc.flowdata_driver("memory_flow")
+    base = bc.maxrss_mb()
     out = "parallel_total_length"
     seconds, result = _once(lambda: dr.execute([out], inputs={"n": n})[out])
     return _measured("mem-flowdata-par", n, seconds, result, n * BLOB_BYTES, base, build_ms=build_ms)
@@ -335,20 +263,20 @@ def _mem_flowdata_par(n: int, repeats: int) -> Measurement:
 def _mem_flowdata_par_proc(n: int, repeats: int) -> Measurement:
     import flowdata as fd
 
-    dr, build_ms = _flowdata_driver("memory_flow")
-    base = _maxrss_mb()
+    dr, build_ms = bc.flowdata_driver("memory_flow")
+    base = bc.maxrss_mb()
     out = "parallel_total_length"
     with fd.ProcessExecutor(num_workers=NUM_WORKERS) as ex:
         seconds, result = _once(lambda: dr.execute([out], inputs={"n": n}, executor=ex)[out])
     m = _measured("mem-flowdata-par-proc", n, seconds, result, n * BLOB_BYTES, base, build_ms=build_ms)
-    m.rss_workers_mb = _maxrss_mb(resource.RUSAGE_CHILDREN)
+    m.rss_workers_mb = bc.maxrss_mb(resource.RUSAGE_CHILDREN)
     return m
 
 
 @row("mem-hamilton", "Hamilton Parallelizable -> Collect")
 def _mem_hamilton(n: int, repeats: int) -> Measurement:
-    dr, build_ms = _hamilton_driver("memory_flow_hamilton")
-    base = _maxrss_mb()
+    dr, build_ms = bc.hamilton_driver("memory_flow_hamilton")
+    base = bc.maxrss_mb()
     seconds, result = _once(lambda: dr.execute(["total_length"], inputs={"n": n})["total_length"])
     return _measured("mem-hamilton", n, seconds, result, n * BLOB_BYTES, base, build_ms=build_ms)
 
@@ -356,7 +284,7 @@ def _mem_hamilton(n: int, repeats: int) -> Measurement:
 def run_row(name: str, n: int, repeats: int) -> None:
     """Child mode: measures one row and prints its :class:`Measurement` as a tagged JSON line."""
     m = ROWS[name].fn(n, repeats)
-    print(RESULT_TAG + json.dumps(asdict(m)), flush=True)
+    bc.emit(m)
 
 
 # --- the parent: run every row in a fresh interpreter, print the tables ---------------------
@@ -364,52 +292,17 @@ def run_row(name: str, n: int, repeats: int) -> None:
 
 def measure(name: str, n: int, repeats: int) -> Measurement:
     """Runs one row in a fresh interpreter and parses what it reports."""
-    print(f"  running {name:<22} n={n:>7,} ...", end="", file=sys.stderr, flush=True)
-    cmd = [sys.executable, str(Path(__file__).resolve()), "--row", name, "--n", str(n), "--repeats", str(repeats)]
-    t0 = time.perf_counter()
-    try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=ROW_TIMEOUT_S, check=False)
-    except subprocess.TimeoutExpired:
-        print(" timed out", file=sys.stderr)
-        return Measurement(name, n, error=f"timed out after {ROW_TIMEOUT_S} s")
-    print(f" {time.perf_counter() - t0:6.1f} s", file=sys.stderr, flush=True)
-    for line in reversed(proc.stdout.splitlines()):
-        if line.startswith(RESULT_TAG):
-            return Measurement(**json.loads(line[len(RESULT_TAG) :]))
-    tail = (proc.stderr.strip().splitlines() or [f"exit status {proc.returncode}"])[-1]
-    return Measurement(name, n, error=tail)
+    argv = ["--row", name, "--n", str(n), "--repeats", str(repeats)]
+    out = bc.run_child(__file__, f"{name:<22} n={n:>7,}", argv, ROW_TIMEOUT_S)
+    return Measurement(name, n, error=out) if isinstance(out, str) else Measurement(**out)
 
 
-def _version(dist: str) -> str:
-    try:
-        return metadata.version(dist)
-    except metadata.PackageNotFoundError:
-        return "not installed"
-
-
-def machine_lines() -> list[str]:
+def machine_description() -> list[str]:
     """A description of the machine and the software measured."""
-    cpu_model = platform.processor() or "?"
-    mem_gb = "?"
-    try:
-        with open("/proc/cpuinfo") as f:
-            cpu_model = next((ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name")), cpu_model)
-        with open("/proc/meminfo") as f:
-            kb = next(int(ln.split()[1]) for ln in f if ln.startswith("MemTotal"))
-            mem_gb = f"{kb / 2**20:.1f} GiB"
-    except (OSError, StopIteration, ValueError):
-        pass
-    usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    hamilton = _version("apache-hamilton")
-    if hamilton == "not installed":
-        hamilton = _version("sf-hamilton")
     return [
-        f"date      {datetime.datetime.now().isoformat(timespec='seconds')}",
-        f"machine   {platform.platform()}; {cpu_model}",
-        f"cpus      os.cpu_count()={os.cpu_count()}, usable={usable}; memory {mem_gb}",
-        f"python    {platform.python_implementation()} {platform.python_version()} ({sys.executable})",
-        f"packages  flowdata {_version('flowdata')}, hamilton {hamilton}; "
-        f"multiprocessing start method: {multiprocessing.get_start_method()}",
+        *bc.machine_lines(),
+        f"packages  flowdata {bc.version('flowdata')}, hamilton {bc.hamilton_version()}; "
+        f"multiprocessing start method: {bc.start_method()}",
     ]
 
 
@@ -566,7 +459,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     hamilton_sizes: tuple[int, ...] = () if args.skip_hamilton else ((1_000, 2_000) if args.quick else (1_000, 10_000))
     print("flowdata core benchmark" + (" (--quick)" if args.quick else ""))
-    for line in machine_lines():
+    for line in machine_description():
         print("  " + line)
     sys.stdout.flush()
 

@@ -94,14 +94,8 @@ How to read it
 from __future__ import annotations
 
 import argparse
-import datetime
 import gc
-import json
 import math
-import multiprocessing
-import os
-import platform
-import resource
 import shutil
 import statistics
 import subprocess
@@ -109,23 +103,25 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
-from importlib import metadata
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 HERE = Path(__file__).resolve().parent
 if str(HERE) not in sys.path:  # the workload modules live next to this script
     sys.path.insert(0, str(HERE))
 
-RESULT_TAG = "BENCH_RESULT "
+if TYPE_CHECKING:  # mypy names the modules of this folder tests.benchmarks.*
+    from tests.benchmarks import bench_common as bc
+else:
+    import bench_common as bc
+
 ROW_TIMEOUT_S = 600
 SEED = 0
 
 N_TRIVIAL = 50_000
 BATCH = 64
 N_PNG = 2_000
-PNG_SIDE = 64
 N_PATHS = 2_000_000
 N_PATHS_QUICK = 1_000_000
 PATH_BATCH = 1_024
@@ -163,32 +159,8 @@ class Measurement:
 RowFn = Callable[[argparse.Namespace], Measurement]
 
 
-@dataclass(frozen=True)
-class Row:
-    """A benchmark row: its name, a label for the tables and the function measuring it."""
-
-    name: str
-    label: str
-    fn: RowFn
-
-
-ROWS: dict[str, Row] = {}
-
-
-def row(name: str, label: str) -> Callable[[RowFn], RowFn]:
-    """Registers ``fn(args) -> Measurement`` as row ``name``."""
-
-    def register(fn: RowFn) -> RowFn:
-        ROWS[name] = Row(name, label, fn)
-        return fn
-
-    return register
-
-
-def _maxrss_mb(who: int = resource.RUSAGE_SELF) -> float:
-    """Peak resident set size of ``who`` in MB (ru_maxrss is KiB on Linux, bytes on macOS)."""
-    raw = resource.getrusage(who).ru_maxrss
-    return raw / 2**20 if sys.platform == "darwin" else raw / 2**10
+ROWS: bc.Rows[RowFn] = bc.Rows()
+row = ROWS.row  # registers ``fn(args) -> Measurement`` as a row
 
 
 # --- hand-written baselines: what one writes with torch alone ---------------------------------
@@ -218,11 +190,7 @@ def _hand_loader(dataset: Any, workers: int, *, batch_size: int = BATCH, shuffle
 
 def _flow_driver(module_name: str) -> Any:
     """A flowdata driver over one workload module (imported by name: it lives next to this script)."""
-    import importlib
-
-    import flowdata as fd
-
-    return fd.Builder().with_modules(importlib.import_module(module_name)).build()
+    return bc.flowdata_driver(module_name)[0]
 
 
 # --- timing epochs ----------------------------------------------------------------------------
@@ -326,25 +294,7 @@ def _overhead_w2(args: argparse.Namespace) -> Measurement:
 
 def write_pngs(folder: Path, n: int) -> float:
     """Writes ``n`` deterministic 64x64 RGB PNGs into ``folder``; returns their size in MB."""
-    import numpy as np
-    from PIL import Image, ImageDraw
-
-    base = np.linspace(0.0, 255.0, PNG_SIDE, dtype=np.float32)
-    total = 0
-    for i in range(n):
-        rng = np.random.default_rng([SEED, 11, i])
-        planes = [np.add.outer(base * rng.random(), base * rng.random()) / 2 for _ in range(3)]
-        arr = np.stack(planes, axis=-1) + rng.normal(0.0, 12.0, (PNG_SIDE, PNG_SIDE, 3))
-        im = Image.fromarray(np.clip(arr, 0, 255).astype(np.uint8), "RGB")
-        draw = ImageDraw.Draw(im)
-        for _ in range(3):
-            x0, y0 = (int(v) for v in rng.integers(0, PNG_SIDE - 16, 2))
-            w, h = (int(v) for v in rng.integers(8, 32, 2))
-            draw.ellipse((x0, y0, x0 + w, y0 + h), fill=tuple(int(c) for c in rng.integers(0, 256, 3)))
-        target = folder / f"img_{i:05d}.png"
-        im.save(target)
-        total += target.stat().st_size
-    return total / 2**20
+    return bc.write_pngs(folder, n, seed=(SEED, 11))
 
 
 def _png_paths(folder: str) -> list[str]:
@@ -389,17 +339,6 @@ def _decode_w2(args: argparse.Namespace) -> Measurement:
 # --- section 3: execute() against Hamilton ----------------------------------------------------
 
 
-def _best_of(work: Callable[[], Any], repeats: int) -> tuple[float, Any]:
-    """Best wall time of ``repeats`` calls of ``work`` (after one untimed call) and its result."""
-    result = work()
-    best = math.inf
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        result = work()
-        best = min(best, time.perf_counter() - t0)
-    return best, result
-
-
 def _exec_measurement(name: str, n: int, seconds: float, result: float, **figures: float) -> Measurement:
     return Measurement(name, figures={"n": n, "seconds": seconds, "result": result, **figures})
 
@@ -409,14 +348,14 @@ def _exec_plain(args: argparse.Namespace) -> Measurement:
     from loader_common import decode_png
 
     paths = _png_paths(args.folder)
-    seconds, result = _best_of(lambda: sum(float(decode_png(p).mean()) for p in paths), args.repeats)
+    seconds, result = bc.best_of(lambda: sum(float(decode_png(p).mean()) for p in paths), args.repeats)
     return _exec_measurement("exec-plain", len(paths), seconds, result)
 
 
 @row("exec-flowdata", "flowdata execute() inline")
 def _exec_flowdata(args: argparse.Namespace) -> Measurement:
     dr = _flow_driver("loader_png_flow")
-    seconds, result = _best_of(lambda: dr.execute(["mean_sum"], inputs={"folder": args.folder})["mean_sum"], args.repeats)
+    seconds, result = bc.best_of(lambda: dr.execute(["mean_sum"], inputs={"folder": args.folder})["mean_sum"], args.repeats)
     return _exec_measurement("exec-flowdata", len(_png_paths(args.folder)), seconds, result)
 
 
@@ -426,7 +365,7 @@ def _exec_flowdata_proc(args: argparse.Namespace) -> Measurement:
 
     dr = _flow_driver("loader_png_flow")
     with fd.ProcessExecutor(num_workers=2) as ex:
-        seconds, result = _best_of(
+        seconds, result = bc.best_of(
             lambda: dr.execute(["mean_sum"], inputs={"folder": args.folder}, executor=ex)["mean_sum"], args.repeats
         )
     return _exec_measurement("exec-flowdata-proc", len(_png_paths(args.folder)), seconds, result)
@@ -434,19 +373,7 @@ def _exec_flowdata_proc(args: argparse.Namespace) -> Measurement:
 
 @row("exec-hamilton", "Hamilton 1.90 dynamic (sync), once")
 def _exec_hamilton(args: argparse.Namespace) -> Measurement:
-    import importlib
-
-    from hamilton import driver  # type: ignore[import-untyped,unused-ignore]
-    from hamilton.execution.executors import SynchronousLocalTaskExecutor  # type: ignore[import-untyped,unused-ignore]
-
-    dr = (
-        driver.Builder()
-        .with_modules(importlib.import_module("loader_png_hamilton"))
-        .enable_dynamic_execution(allow_experimental_mode=True)
-        .with_local_executor(SynchronousLocalTaskExecutor())
-        .with_remote_executor(SynchronousLocalTaskExecutor())
-        .build()
-    )
+    dr, _ = bc.hamilton_driver("loader_png_hamilton")
     from loader_common import decode_png
 
     decode_png(_png_paths(args.folder)[0])  # the same warm-up of the decoder the others get
@@ -490,10 +417,10 @@ def _cor_list(args: argparse.Namespace) -> Measurement:
     t0 = time.perf_counter()
     paths = [f"/data/clips/{i:08d}.wav" for i in range(n)]
     m.figures["build_s"] = time.perf_counter() - t0
-    m.figures["main_before_mb"] = _maxrss_mb()
+    m.figures["main_before_mb"] = bc.maxrss_mb()
     loader = _hand_loader(hand["paths"](paths), 1, batch_size=PATH_BATCH, shuffle=False)
     _walk_memory(loader, n, m)
-    m.figures["main_peak_mb"] = _maxrss_mb()
+    m.figures["main_peak_mb"] = bc.maxrss_mb()
     return m
 
 
@@ -509,9 +436,9 @@ def _cor_flow(args: argparse.Namespace) -> Measurement:
             num_workers=1, cache_dir=cache,
         )
         m.figures["build_s"] = time.perf_counter() - t0
-        m.figures["main_before_mb"] = _maxrss_mb()
+        m.figures["main_before_mb"] = bc.maxrss_mb()
         _walk_memory(loader, n, m)
-        m.figures["main_peak_mb"] = _maxrss_mb()
+        m.figures["main_peak_mb"] = bc.maxrss_mb()
         m.figures["index_mb"] = sum(p.stat().st_size for p in Path(cache).rglob("*") if p.is_file()) / 2**20
         del loader
         gc.collect()
@@ -576,35 +503,15 @@ def _resume(args: argparse.Namespace) -> Measurement:
 # --- child mode -------------------------------------------------------------------------------
 
 
-def _cpu_snapshot() -> tuple[float, float, float, float] | None:
-    """(busy CPU s of the whole machine, stolen s, CPU s of this process and its reaped
-    children, wall s), or None where ``/proc/stat`` is missing."""
-    try:
-        with open("/proc/stat") as f:
-            fields = [int(v) for v in f.readline().split()[1:9]]
-    except (OSError, ValueError):
-        return None
-    tick = os.sysconf("SC_CLK_TCK")
-    user, nice, system, _idle, _iowait, irq, softirq, steal = fields
-    own = 0.0
-    for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN):
-        usage = resource.getrusage(who)
-        own += usage.ru_utime + usage.ru_stime
-    return (user + nice + system + irq + softirq) / tick, steal / tick, own, time.perf_counter()
-
-
 def run_row(args: argparse.Namespace) -> None:
     """Child mode: measures one row and prints its :class:`Measurement` as a tagged JSON line."""
-    before = _cpu_snapshot()
+    before = bc.cpu_snapshot()
     m = ROWS[args.row].fn(args)
     gc.collect()  # reap any workers left, so that their CPU time counts as the row's own
-    after = _cpu_snapshot()
-    if before is not None and after is not None:
-        cpus = os.cpu_count() or 1
-        wall = max(after[3] - before[3], 1e-9)
-        m.other_load = max(0.0, (after[0] - before[0]) - (after[2] - before[2])) / (wall * cpus)
-        m.steal = (after[1] - before[1]) / (wall * cpus)
-    print(RESULT_TAG + json.dumps(asdict(m)), flush=True)
+    load = bc.other_load(before, bc.cpu_snapshot())
+    if load is not None:
+        m.other_load, m.steal = load
+    bc.emit(m)
 
 
 # --- the parent: run every row in a fresh interpreter, print the tables -----------------------
@@ -612,58 +519,20 @@ def run_row(args: argparse.Namespace) -> None:
 
 def measure(name: str, args: argparse.Namespace) -> Measurement:
     """Runs one row in a fresh interpreter and parses what it reports."""
-    print(f"  running {name:<20} ...", end="", file=sys.stderr, flush=True)
-    cmd = [
-        sys.executable, str(Path(__file__).resolve()), "--row", name, "--repeats", str(args.repeats),
-        "--folder", str(args.folder), "--n-paths", str(args.n_paths),
-    ]
-    t0 = time.perf_counter()
-    try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=ROW_TIMEOUT_S, check=False)
-    except subprocess.TimeoutExpired:
-        print(" timed out", file=sys.stderr)
-        return Measurement(name, error=f"timed out after {ROW_TIMEOUT_S} s")
-    print(f" {time.perf_counter() - t0:6.1f} s", file=sys.stderr, flush=True)
-    for line in reversed(proc.stdout.splitlines()):
-        if line.startswith(RESULT_TAG):
-            return Measurement(**json.loads(line[len(RESULT_TAG) :]))
-    tail = (proc.stderr.strip().splitlines() or [f"exit status {proc.returncode}"])[-1]
-    return Measurement(name, error=tail)
+    argv = ["--row", name, "--repeats", str(args.repeats), "--folder", str(args.folder), "--n-paths", str(args.n_paths)]
+    out = bc.run_child(__file__, f"{name:<20}", argv, ROW_TIMEOUT_S)
+    return Measurement(name, error=out) if isinstance(out, str) else Measurement(**out)
 
 
-def _version(dist: str) -> str:
-    try:
-        return metadata.version(dist)
-    except metadata.PackageNotFoundError:
-        return "not installed"
-
-
-def machine_lines() -> list[str]:
+def machine_description() -> list[str]:
     """A description of the machine and the software measured."""
-    cpu_model = platform.processor() or "?"
-    mem_gb = "?"
-    try:
-        with open("/proc/cpuinfo") as f:
-            cpu_model = next((ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name")), cpu_model)
-        with open("/proc/meminfo") as f:
-            kb = next(int(ln.split()[1]) for ln in f if ln.startswith("MemTotal"))
-            mem_gb = f"{kb / 2**20:.1f} GiB"
-    except (OSError, StopIteration, ValueError):
-        pass
-    usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    hamilton = _version("apache-hamilton")
-    if hamilton == "not installed":
-        hamilton = _version("sf-hamilton")
     return [
-        f"date      {datetime.datetime.now().isoformat(timespec='seconds')}",
-        f"machine   {platform.platform()}; {cpu_model}",
-        f"cpus      os.cpu_count()={os.cpu_count()}, usable={usable}; memory {mem_gb}",
-        f"python    {platform.python_implementation()} {platform.python_version()} ({sys.executable})",
+        *bc.machine_lines(),
         (
-            f"packages  torch {_version('torch')}, flowdata {_version('flowdata')}, hamilton {hamilton}, "
-            f"pyarrow {_version('pyarrow')}, pillow {_version('pillow')}, psutil {_version('psutil')}"
+            f"packages  torch {bc.version('torch')}, flowdata {bc.version('flowdata')}, hamilton {bc.hamilton_version()}, "
+            f"pyarrow {bc.version('pyarrow')}, pillow {bc.version('pillow')}, psutil {bc.version('psutil')}"
         ),
-        f"          multiprocessing start method: {multiprocessing.get_start_method()}",
+        f"          multiprocessing start method: {bc.start_method()}",
     ]
 
 
@@ -791,7 +660,7 @@ def print_decode(res: dict[str, Measurement], repeats: int, png_mb: float) -> No
     """Section 2: samples/s of PNG decoding, flowdata against hand-written."""
     n = int(_fig(res["decode-w0"], "n") or N_PNG)
     print(
-        f"\nSection 2 - decode-bound: {n:,} PNGs {PNG_SIDE}x{PNG_SIDE} RGB ({png_mb:.1f} MB) -> float32 CHW / 255, "
+        f"\nSection 2 - decode-bound: {n:,} PNGs {bc.PNG_SIDE}x{bc.PNG_SIDE} RGB ({png_mb:.1f} MB) -> float32 CHW / 255, "
         f"batch {BATCH}, shuffled  (best of {2 * repeats} epochs after the first)"
     )
     header = f"{'row':<37}{'workers':>8}{'samples/s':>11}{'median':>9}{'x hand':>8}{'first epoch ms':>16}{'other load':>12}  status"
@@ -946,7 +815,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
 
     print("flowdata loader benchmark" + (" (--quick)" if args.quick else ""))
-    for line in machine_lines():
+    for line in machine_description():
         print("  " + line)
     sys.stdout.flush()
 

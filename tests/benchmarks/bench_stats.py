@@ -87,25 +87,19 @@ The script only reports; it asserts nothing. pytest does not collect it
 from __future__ import annotations
 
 import argparse
-import datetime
-import json
 import math
-import multiprocessing
 import os
-import platform
 import resource
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
 import tracemalloc
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import asdict, dataclass, field
-from importlib import metadata
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 
@@ -113,13 +107,16 @@ HERE = Path(__file__).resolve().parent
 if str(HERE) not in sys.path:  # the workload module lives next to this script
     sys.path.insert(0, str(HERE))
 
-RESULT_TAG = "BENCH_RESULT "
+if TYPE_CHECKING:  # mypy names the modules of this folder tests.benchmarks.*
+    from tests.benchmarks import bench_common as bc
+else:
+    import bench_common as bc
+
 ROW_TIMEOUT_S = 900
 MB = 2**20
 BATCH_ROWS, FEATURES = 4_096, 64
 BATCH_BYTES = BATCH_ROWS * FEATURES * 4  # float32: exactly 1 MB
 SEED = 20_240_601
-PNG_SIDE = 64
 STAT_FIELDS = ("mean", "std", "var", "min", "max", "count")
 
 T = TypeVar("T")
@@ -164,25 +161,7 @@ def whole_array(n: int) -> np.ndarray:
 
 def write_pngs(folder: Path, n: int) -> float:
     """Writes ``n`` deterministic 64x64 RGB PNGs into ``folder``; returns their size in MB."""
-    from PIL import Image, ImageDraw
-
-    base = np.linspace(0.0, 255.0, PNG_SIDE, dtype=np.float32)
-    total = 0
-    for i in range(n):
-        rng = np.random.default_rng([SEED, 7, i])
-        planes = [np.add.outer(base * rng.random(), base * rng.random()) / 2 for _ in range(3)]
-        arr = np.stack(planes, axis=-1) + rng.normal(0.0, 12.0, (PNG_SIDE, PNG_SIDE, 3))
-        im = Image.fromarray(np.clip(arr, 0, 255).astype(np.uint8), "RGB")
-        draw = ImageDraw.Draw(im)
-        for _ in range(3):
-            x0, y0 = (int(v) for v in rng.integers(0, PNG_SIDE - 16, 2))
-            w, h = (int(v) for v in rng.integers(8, 32, 2))
-            fill = tuple(int(c) for c in rng.integers(0, 256, 3))
-            draw.ellipse((x0, y0, x0 + w, y0 + h), fill=fill)
-        target = folder / f"img_{i:05d}.png"
-        im.save(target)
-        total += target.stat().st_size
-    return total / MB
+    return bc.write_pngs(folder, n, seed=(SEED, 7))
 
 
 # --- one row, in its own interpreter --------------------------------------------------------
@@ -228,34 +207,17 @@ class Measurement:
         return self.units / self.seconds
 
 
-def _maxrss_mb(who: int = resource.RUSAGE_SELF) -> float:
-    """Peak resident set size of ``who`` in MB (ru_maxrss is KiB on Linux, bytes on macOS)."""
-    raw = resource.getrusage(who).ru_maxrss
-    return raw / 2**20 if sys.platform == "darwin" else raw / 2**10
-
-
 def _minor_faults() -> int:
     return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
-
-
-def _best_of(work: Callable[[], T], repeats: int, warm_up: bool = True) -> tuple[float, T]:
-    """Best wall time of ``repeats`` calls of ``work`` (after one untimed call) and its result."""
-    result = work() if warm_up else None
-    best = math.inf
-    for _ in range(max(1, repeats)):
-        t0 = time.perf_counter()
-        result = work()
-        best = min(best, time.perf_counter() - t0)
-    return best, result  # type: ignore[return-value]  # assigned by the loop (repeats >= 1)
 
 
 def _import_torch() -> float:
     """Imports torch (``Welford.result()`` does, for the ``Stats`` tensors); returns the MB of
     peak RSS the import added, so that it is not counted as the statistics' memory."""
-    before = _maxrss_mb()
+    before = bc.maxrss_mb()
     import torch  # noqa: F401
 
-    return _maxrss_mb() - before
+    return bc.maxrss_mb() - before
 
 
 def _hex(values: Any) -> list[str]:
@@ -276,28 +238,8 @@ def _encode_mean_std(mean: Any, std: Any) -> dict[str, list[str] | list[int]]:
 
 
 RowFn = Callable[[argparse.Namespace], Measurement]
-
-
-@dataclass(frozen=True)
-class Row:
-    """A benchmark row: its label in the tables and the function measuring it."""
-
-    name: str
-    label: str
-    fn: RowFn
-
-
-ROWS: dict[str, Row] = {}
-
-
-def row(name: str, label: str) -> Callable[[RowFn], RowFn]:
-    """Registers ``fn(args) -> Measurement`` as row ``name``."""
-
-    def register(fn: RowFn) -> RowFn:
-        ROWS[name] = Row(name, label, fn)
-        return fn
-
-    return register
+ROWS: bc.Rows[RowFn] = bc.Rows()
+row = ROWS.row  # registers ``fn(args) -> Measurement`` as a row
 
 
 # Section 1: throughput and accuracy (the data lives in memory; generation is untimed).
@@ -309,7 +251,7 @@ def _welford_update(args: argparse.Namespace) -> Measurement:
 
     batches = [make_batch(i) for i in range(args.batches)]
     _import_torch()
-    base = _maxrss_mb()
+    base = bc.maxrss_mb()
 
     def work() -> Any:
         w = Welford(dim=0)
@@ -318,11 +260,11 @@ def _welford_update(args: argparse.Namespace) -> Measurement:
         return w.result()
 
     f0 = _minor_faults()
-    seconds, stats = _best_of(work, args.repeats)
+    seconds, stats = bc.best_of(work, args.repeats)
     faults = (_minor_faults() - f0) / ((args.repeats + 1) * args.batches)
     return Measurement(
         "welford-update", seconds, args.batches * BATCH_BYTES / MB, rss_base_mb=base,
-        rss_peak_mb=_maxrss_mb(), stats=_encode_stats(stats), notes={"faults_per_batch": faults},
+        rss_peak_mb=bc.maxrss_mb(), stats=_encode_stats(stats), notes={"faults_per_batch": faults},
     )
 
 
@@ -334,7 +276,7 @@ def _welford_fold(args: argparse.Namespace) -> Measurement:
     # One sample per row (views, no copies), as a per-row tabular pipeline would give.
     rows = [r for i in range(args.batches) for r in make_batch(i)]
     _import_torch()
-    base = _maxrss_mb()
+    base = bc.maxrss_mb()
 
     def work() -> Any:
         total = Welford(dim=())
@@ -342,20 +284,20 @@ def _welford_fold(args: argparse.Namespace) -> Measurement:
             total.merge(fold_values(Welford(dim=()), rows[start : start + BLOCK]))
         return total.result()
 
-    seconds, stats = _best_of(work, args.repeats)
+    seconds, stats = bc.best_of(work, args.repeats)
     return Measurement(
         "welford-fold", seconds, args.batches * BATCH_BYTES / MB, rss_base_mb=base,
-        rss_peak_mb=_maxrss_mb(), stats=_encode_stats(stats),
+        rss_peak_mb=bc.maxrss_mb(), stats=_encode_stats(stats),
     )
 
 
 @row("numpy-f32", "numpy mean+std, float32 (whole array)")
 def _numpy_f32(args: argparse.Namespace) -> Measurement:
     data = whole_array(args.batches)
-    base = _maxrss_mb()
-    seconds, (mean, std) = _best_of(lambda: (data.mean(axis=0), data.std(axis=0)), args.repeats)
+    base = bc.maxrss_mb()
+    seconds, (mean, std) = bc.best_of(lambda: (data.mean(axis=0), data.std(axis=0)), args.repeats)
     return Measurement(
-        "numpy-f32", seconds, data.nbytes / MB, rss_base_mb=base, rss_peak_mb=_maxrss_mb(),
+        "numpy-f32", seconds, data.nbytes / MB, rss_base_mb=base, rss_peak_mb=bc.maxrss_mb(),
         stats=_encode_mean_std(mean, std),
     )
 
@@ -363,12 +305,12 @@ def _numpy_f32(args: argparse.Namespace) -> Measurement:
 @row("numpy-f64", "numpy mean+std, dtype=float64")
 def _numpy_f64(args: argparse.Namespace) -> Measurement:
     data = whole_array(args.batches)
-    base = _maxrss_mb()
-    seconds, (mean, std) = _best_of(
+    base = bc.maxrss_mb()
+    seconds, (mean, std) = bc.best_of(
         lambda: (data.mean(axis=0, dtype=np.float64), data.std(axis=0, dtype=np.float64)), args.repeats
     )
     return Measurement(
-        "numpy-f64", seconds, data.nbytes / MB, rss_base_mb=base, rss_peak_mb=_maxrss_mb(),
+        "numpy-f64", seconds, data.nbytes / MB, rss_base_mb=base, rss_peak_mb=bc.maxrss_mb(),
         stats=_encode_mean_std(mean, std),
     )
 
@@ -398,11 +340,11 @@ def _mem_welford(args: argparse.Namespace) -> Measurement:
         return w.result()
 
     torch_mb = _import_torch()
-    base = _maxrss_mb()
+    base = bc.maxrss_mb()
     t0 = time.perf_counter()
     stream()
     seconds = time.perf_counter() - t0
-    peak = _maxrss_mb()
+    peak = bc.maxrss_mb()
     tracemalloc.start()
     stream()
     _, traced = tracemalloc.get_traced_memory()
@@ -415,14 +357,14 @@ def _mem_welford(args: argparse.Namespace) -> Measurement:
 
 @row("mem-numpy", "numpy whole array, then mean+std")
 def _mem_numpy(args: argparse.Namespace) -> Measurement:
-    base = _maxrss_mb()
+    base = bc.maxrss_mb()
     t0 = time.perf_counter()
     data = whole_array(args.batches)
-    with_data = _maxrss_mb()
+    with_data = bc.maxrss_mb()
     data.mean(axis=0)
     data.std(axis=0)
     seconds = time.perf_counter() - t0
-    peak = _maxrss_mb()
+    peak = bc.maxrss_mb()
     tracemalloc.start()  # the array already exists: only what mean + std allocate is traced
     data.mean(axis=0)
     data.std(axis=0)
@@ -457,10 +399,10 @@ def _png_plain(args: argparse.Namespace) -> Measurement:
         images = np.stack([stats_flow.pixels(p) for p in paths])  # [N, 3, H, W]
         return images.mean(axis=(0, 2, 3), dtype=np.float64), images.std(axis=(0, 2, 3), dtype=np.float64)
 
-    base = _maxrss_mb()
-    seconds, (mean, std) = _best_of(work, args.repeats)
+    base = bc.maxrss_mb()
+    seconds, (mean, std) = bc.best_of(work, args.repeats)
     return Measurement(
-        "png-plain", seconds, len(paths), rss_base_mb=base, rss_peak_mb=_maxrss_mb(),
+        "png-plain", seconds, len(paths), rss_base_mb=base, rss_peak_mb=bc.maxrss_mb(),
         stats=_encode_mean_std(mean, std),
     )
 
@@ -492,21 +434,21 @@ def _png_flowdata(args: argparse.Namespace, name: str, workers: int) -> Measurem
     inputs = {"folder": args.folder}
     n = len(_png_paths(args.folder))
     _import_torch()  # Welford.result() would import it inside the first call
-    base = _maxrss_mb()
+    base = bc.maxrss_mb()
     if workers == 0:
         output = "pixel_count" if name == "png-inline-count" else "pixel_stats"
         f0 = _minor_faults()
-        seconds, value = _best_of(lambda: dr.execute([output], inputs=inputs)[output], args.repeats)
+        seconds, value = bc.best_of(lambda: dr.execute([output], inputs=inputs)[output], args.repeats)
         faults = (_minor_faults() - f0) / ((args.repeats + 1) * n)
         return Measurement(
-            name, seconds, n, rss_base_mb=base, rss_peak_mb=_maxrss_mb(),
+            name, seconds, n, rss_base_mb=base, rss_peak_mb=bc.maxrss_mb(),
             stats={} if output == "pixel_count" else _encode_stats(value), notes={"faults_per_sample": faults},
         )
     with fd.ProcessExecutor(num_workers=workers) as ex:
         t0 = time.perf_counter()
         dr.execute(["pixel_stats"], inputs=inputs, executor=ex)  # starts the pool: the warm-up
         first = time.perf_counter() - t0
-        seconds, stats = _best_of(
+        seconds, stats = bc.best_of(
             lambda: dr.execute(["pixel_stats"], inputs=inputs, executor=ex)["pixel_stats"], args.repeats,
             warm_up=False,
         )
@@ -515,7 +457,7 @@ def _png_flowdata(args: argparse.Namespace, name: str, workers: int) -> Measurem
         logged = dr.execute(["pixel_stats"], inputs=inputs, executor=log)["pixel_stats"]
         main_cpu, logged_wall = time.process_time() - c0, time.perf_counter() - t0
     m = Measurement(
-        name, seconds, n, rss_base_mb=base, rss_peak_mb=_maxrss_mb(), stats=_encode_stats(stats),
+        name, seconds, n, rss_base_mb=base, rss_peak_mb=bc.maxrss_mb(), stats=_encode_stats(stats),
         notes={"first_call_s": first, "main_cpu_s": main_cpu, "logged_wall_s": logged_wall},
         chunks=log.sizes, worker_busy_s=log.busy,
     )
@@ -543,23 +485,6 @@ def _png_proc2(args: argparse.Namespace) -> Measurement:
     return _png_flowdata(args, "png-proc2", 2)
 
 
-def _cpu_snapshot() -> tuple[float, float, float, float] | None:
-    """(busy CPU s of the whole machine, stolen s, CPU s of this process and its reaped
-    children, wall s), or None where ``/proc/stat`` is missing."""
-    try:
-        with open("/proc/stat") as f:
-            fields = [int(v) for v in f.readline().split()[1:9]]
-    except (OSError, ValueError):
-        return None
-    tick = os.sysconf("SC_CLK_TCK")
-    user, nice, system, _idle, _iowait, irq, softirq, steal = fields
-    own = 0.0
-    for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN):
-        usage = resource.getrusage(who)
-        own += usage.ru_utime + usage.ru_stime
-    return (user + nice + system + irq + softirq) / tick, steal / tick, own, time.perf_counter()
-
-
 def run_row(args: argparse.Namespace) -> None:
     """Child mode: measures one row and prints its :class:`Measurement` as a tagged JSON line.
 
@@ -567,15 +492,12 @@ def run_row(args: argparse.Namespace) -> None:
     of the whole machine minus this row's own, over the row's wall time and all CPUs), and
     how much time the hypervisor stole: either makes parallel speed-ups look worse.
     """
-    before = _cpu_snapshot()
+    before = bc.cpu_snapshot()
     m = ROWS[args.row].fn(args)
-    after = _cpu_snapshot()
-    if before is not None and after is not None:
-        cpus = os.cpu_count() or 1
-        wall = max(after[3] - before[3], 1e-9)
-        m.notes["other_load"] = max(0.0, (after[0] - before[0]) - (after[2] - before[2])) / (wall * cpus)
-        m.notes["steal"] = (after[1] - before[1]) / (wall * cpus)
-    print(RESULT_TAG + json.dumps(asdict(m)), flush=True)
+    load = bc.other_load(before, bc.cpu_snapshot())
+    if load is not None:
+        m.notes["other_load"], m.notes["steal"] = load
+    bc.emit(m)
 
 
 # --- the parent: run every row in a fresh interpreter, print the tables ---------------------
@@ -583,23 +505,9 @@ def run_row(args: argparse.Namespace) -> None:
 
 def measure(name: str, args: argparse.Namespace) -> Measurement:
     """Runs one row in a fresh interpreter and parses what it reports."""
-    print(f"  running {name:<16} ...", end="", file=sys.stderr, flush=True)
-    cmd = [
-        sys.executable, str(Path(__file__).resolve()), "--row", name, "--repeats", str(args.repeats),
-        "--batches", str(args.batches), "--folder", str(args.folder),
-    ]
-    t0 = time.perf_counter()
-    try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=ROW_TIMEOUT_S, check=False)
-    except subprocess.TimeoutExpired:
-        print(" timed out", file=sys.stderr)
-        return Measurement(name, error=f"timed out after {ROW_TIMEOUT_S} s")
-    print(f" {time.perf_counter() - t0:6.1f} s", file=sys.stderr, flush=True)
-    for line in reversed(proc.stdout.splitlines()):
-        if line.startswith(RESULT_TAG):
-            return Measurement(**json.loads(line[len(RESULT_TAG) :]))
-    tail = (proc.stderr.strip().splitlines() or [f"exit status {proc.returncode}"])[-1]
-    return Measurement(name, error=tail)
+    argv = ["--row", name, "--repeats", str(args.repeats), "--batches", str(args.batches), "--folder", str(args.folder)]
+    out = bc.run_child(__file__, f"{name:<16}", argv, ROW_TIMEOUT_S)
+    return Measurement(name, error=out) if isinstance(out, str) else Measurement(**out)
 
 
 def _spin(n: int) -> float:
@@ -622,13 +530,6 @@ def cpu_scaling(n: int = 4_000_000) -> tuple[float, float]:
     return alone, 2 * alone / both
 
 
-def _version(dist: str) -> str:
-    try:
-        return metadata.version(dist)
-    except metadata.PackageNotFoundError:
-        return "not installed"
-
-
 def _threadpools() -> str:
     try:
         from threadpoolctl import threadpool_info  # type: ignore[import-not-found, unused-ignore]
@@ -638,28 +539,14 @@ def _threadpools() -> str:
     return "; ".join(f"{p.get('internal_api')} {p.get('version')} x{p.get('num_threads')}" for p in pools) or "none"
 
 
-def machine_lines() -> list[str]:
+def machine_description() -> list[str]:
     """A description of the machine and the software measured."""
-    cpu_model = platform.processor() or "?"
-    mem_gb = "?"
-    try:
-        with open("/proc/cpuinfo") as f:
-            cpu_model = next((ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name")), cpu_model)
-        with open("/proc/meminfo") as f:
-            kb = next(int(ln.split()[1]) for ln in f if ln.startswith("MemTotal"))
-            mem_gb = f"{kb / 2**20:.1f} GiB"
-    except (OSError, StopIteration, ValueError):
-        pass
-    usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     load = " ".join(f"{x:.2f}" for x in os.getloadavg()) if hasattr(os, "getloadavg") else "?"
     env = ", ".join(f"{k}={os.environ[k]}" for k in ("OPENBLAS_CORETYPE", "OMP_NUM_THREADS") if k in os.environ)
     return [
-        f"date      {datetime.datetime.now().isoformat(timespec='seconds')}",
-        f"machine   {platform.platform()}; {cpu_model}",
-        f"cpus      os.cpu_count()={os.cpu_count()}, usable={usable}; memory {mem_gb}; load average {load}",
-        f"python    {platform.python_implementation()} {platform.python_version()} ({sys.executable})",
-        f"packages  flowdata {_version('flowdata')}, numpy {np.__version__}, torch {_version('torch')}, "
-        f"Pillow {_version('pillow')}; multiprocessing start method: {multiprocessing.get_start_method()}",
+        *bc.machine_lines(f"; load average {load}"),
+        f"packages  flowdata {bc.version('flowdata')}, numpy {np.__version__}, torch {bc.version('torch')}, "
+        f"Pillow {bc.version('pillow')}; multiprocessing start method: {bc.start_method()}",
         f"threads   {_threadpools()}; env: {env or 'no OPENBLAS_CORETYPE / OMP_NUM_THREADS'}",
     ]
 
@@ -792,7 +679,7 @@ def print_section2(res: dict[str, Measurement], args: argparse.Namespace, scalin
     n_png = res["png-inline"].units or res["png-plain"].units or 0
     print(
         f"\nSection 2 - statistics pass of a decode-heavy pipeline: {n_png:,.0f} PNGs "
-        f"{PNG_SIDE}x{PNG_SIDE} RGB ({args.png_mb:.1f} MB on disk), per-channel Welford  "
+        f"{bc.PNG_SIDE}x{bc.PNG_SIDE} RGB ({args.png_mb:.1f} MB on disk), per-channel Welford  "
         f"(time: best of {args.repeats} after a warm-up)"
     )
     print("  machine calibration, pure-Python loop in 2 processes vs 1: " + ", ".join(f"{s:.2f}x" for s in scaling)
@@ -904,7 +791,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args.batches = max(1, round(mb * MB / BATCH_BYTES))
     n_png = args.pngs or (500 if args.quick else 2_000)
     print("flowdata statistics benchmark" + (" (--quick)" if args.quick else ""))
-    for line in machine_lines():
+    for line in machine_description():
         print("  " + line)
     sys.stdout.flush()
 
