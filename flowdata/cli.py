@@ -5,6 +5,8 @@
     flowdata check MODULE... [--config k=v ...] [--format text|json]
     flowdata run MODULE... --outputs a,b [--input k=v ...] [--config k=v ...]
                  [--executor inline|processes] [--format text|json]
+    flowdata viz MODULE... [-o dag.svg] [--outputs a,b] [--config k=v ...]
+                 [--orient LR|TB] [--no-types] [--mermaid]
 
 MODULE is a dotted module name or a path to a ``.py`` file. Values given as ``k=v`` are
 read as JSON when they parse (``n=10`` is an int, ``xs=[1,2]`` a list) and as strings
@@ -55,6 +57,15 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--config", action="append", metavar="K=V", help="config entry (repeatable)")
     run.add_argument("--executor", choices=("inline", "processes"), default="inline")
     run.add_argument("--format", choices=("text", "json"), default="text")
+
+    viz = sub.add_parser("viz", help="draw the graph (DOT, SVG, PNG, PDF or Mermaid)")
+    viz.add_argument("modules", nargs="+", metavar="MODULE")
+    viz.add_argument("-o", "--output", help="file to render (format from its suffix); prints DOT when left out")
+    viz.add_argument("--outputs", help="comma-separated node names: draw only what they need")
+    viz.add_argument("--config", action="append", metavar="K=V", help="config entry (repeatable)")
+    viz.add_argument("--orient", choices=("LR", "TB"), default="LR")
+    viz.add_argument("--no-types", action="store_true", help="leave types off the edges")
+    viz.add_argument("--mermaid", action="store_true", help="print a Mermaid flowchart instead of DOT")
     return parser
 
 
@@ -101,11 +112,25 @@ def _run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _viz(args: argparse.Namespace) -> int:
+    driver = Builder().with_modules(*_load(args.modules)).with_config(_pairs(args.config, "config")).build()
+    outputs = [o.strip() for o in args.outputs.split(",") if o.strip()] if args.outputs else None
+    if args.mermaid:
+        print(driver.to_mermaid(outputs, orient=args.orient), end="")
+        return 0
+    dot = driver.visualize(args.output, outputs, show_types=not args.no_types, orient=args.orient)
+    if args.output:
+        print(f"wrote {args.output}")
+    else:
+        print(dot.source, end="")
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point; returns the exit status."""
     args = _parser().parse_args(argv)
     try:
-        return _check(args) if args.command == "check" else _run(args)
+        return {"check": _check, "run": _run, "viz": _viz}[args.command](args)
     except FlowdataError as exc:
         print(f"flowdata: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 1

@@ -389,6 +389,55 @@ class Driver:
         )
 
     @_public
+    def visualize(
+        self,
+        path: str | os.PathLike[str] | None = None,
+        outputs: Iterable[str] | None = None,
+        inputs: Mapping[str, Any] | Iterable[str] | None = None,
+        *,
+        format: str | None = None,
+        show_types: bool = True,
+        show_passes: bool = True,
+        orient: str = "LR",
+        report: Report | None = None,
+        legend: bool = True,
+    ) -> Any:
+        """Draws the graph: groups as dotted clusters, passes, roles, types, a legend.
+
+        Args:
+            path: Where to render (format from the suffix, or ``format``); None draws
+                nothing to disk. Rendering needs graphviz's ``dot``; ``.source`` does not.
+            outputs: Draw only what these need.
+            inputs: Accepted for symmetry with ``plan()``; the picture does not need them.
+            format: ``"svg"``, ``"png"``, ``"pdf"``, ... (default: the suffix of ``path``).
+            show_types: Label edges with the type of the value they carry.
+            show_passes: Colour and label per-sample and Collect nodes by pass.
+            orient: ``"LR"`` or ``"TB"``.
+            report: A run's :class:`flowdata.Report` (``loader.report``, or one given to
+                ``execute(report=...)``): colours nodes by their share of time, with call
+                counts and skips.
+            legend: Draw the legend of shapes.
+
+        Returns:
+            The ``graphviz.Digraph``.
+        """
+        from flowdata.viz import to_dot
+
+        dot = to_dot(
+            self.graph, self.analysis, outputs=outputs, show_types=show_types, show_passes=show_passes,
+            orient=orient, report=report, legend=legend,
+        )
+        if path is not None:
+            _render(dot, os.fspath(path), format)
+        return dot
+
+    def to_mermaid(self, outputs: Iterable[str] | None = None, *, orient: str = "LR") -> str:
+        """The graph as a Mermaid flowchart (for Markdown), groups as subgraphs."""
+        from flowdata.viz import to_mermaid
+
+        return to_mermaid(self.graph, self.analysis, outputs=None if outputs is None else list(outputs), orient=orient)
+
+    @_public
     def run_sample(
         self,
         outputs: Iterable[str],
@@ -449,3 +498,19 @@ def _ranks(rank: int | None, world_size: int | None) -> tuple[int, int]:
             rank = dist.get_rank() if rank is None else rank
             world_size = dist.get_world_size() if world_size is None else world_size
     return (rank or 0), (world_size or 1)
+
+
+def _render(dot: Any, path: str, format: str | None) -> None:
+    """Renders a Digraph to ``path`` (format from the suffix unless given)."""
+    import graphviz
+
+    stem, suffix = os.path.splitext(path)
+    fmt = format or suffix.lstrip(".") or "svg"
+    try:
+        dot.render(outfile=path if suffix else f"{path}.{fmt}", format=fmt, cleanup=True)
+    except graphviz.ExecutableNotFound as exc:
+        raise FlowdataError(
+            f"rendering {path!r} needs graphviz's 'dot' program, which is not installed\n"
+            "  fix: apt-get install graphviz (or brew install graphviz); the DOT text is in "
+            "driver.visualize().source meanwhile"
+        ) from exc

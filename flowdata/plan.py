@@ -26,7 +26,7 @@ from flowdata.graph import BUILTINS, Graph
 from flowdata.node import Node, Role
 from flowdata.typecheck import type_name
 
-__all__ = ["Analysis", "GroupPlan", "PassPlan", "Plan", "analyze", "make_plan"]
+__all__ = ["Analysis", "GroupPlan", "PassPlan", "Plan", "analyze", "make_plan", "pass_levels"]
 
 
 @dataclass(frozen=True)
@@ -497,3 +497,13 @@ def _closure_in_group(graph: Graph, analysis: Analysis, source: str, roots: Iter
             if analysis.roles[d] is Role.PER_SAMPLE and analysis.group_of[d] == source:
                 stack.append(d)
     return seen
+
+
+def pass_levels(graph: Graph, analysis: Analysis) -> dict[str, int]:
+    """The pass of every per-sample node and of the pass feeding every Collect node."""
+    levels = _Levels(graph, analysis)
+    return {
+        name: levels.level(name)
+        for name, role in analysis.roles.items()
+        if role in (Role.PER_SAMPLE, Role.COLLECT) or (role is Role.SOURCE and name in analysis.closes)
+    }
