@@ -10,7 +10,7 @@ Write plain functions; parameter names name upstream nodes, annotations are type
 """
 
 from flowdata.driver import Builder, Driver
-from flowdata.errors import FlowdataError, GraphError, GraphProblem, InputError, NodeError, SampleError
+from flowdata.errors import FlowdataError, GraphError, GraphProblem, InputError, MediaError, NodeError, SampleError
 from flowdata.executors import Executor, InlineExecutor, ProcessExecutor
 from flowdata.plan import Plan
 from flowdata.reduce import reduce
@@ -28,6 +28,7 @@ __all__ = [
     "GraphProblem",
     "InlineExecutor",
     "InputError",
+    "MediaError",
     "NodeError",
     "Parallel",
     "Plan",

@@ -5,6 +5,7 @@
     FlowdataError                 every error flowdata raises on purpose
     ├── GraphError                the graph is wrong; holds every GraphProblem at once
     ├── InputError                a call asked for something the graph cannot give
+    ├── MediaError                a file could not be decoded (names the path and why)
     └── NodeError                 a once or Collect node raised; the user's error is chained
         └── SampleError           a per-sample node raised for one sample
 
@@ -23,6 +24,7 @@ from typing import Any
 
 __all__ = [
     "FlowdataError",
+    "MediaError",
     "GraphError",
     "GraphProblem",
     "InputError",
@@ -106,6 +108,24 @@ class GraphError(FlowdataError):
 
 class InputError(FlowdataError):
     """A call asked for an unknown output, lacked an input, or asked for the wrong kind of node."""
+
+
+class MediaError(FlowdataError):
+    """A media file is missing, empty, truncated, of an unknown format or unsupported layout."""
+
+    def __init__(self, path: str, problem: str, fix: str = ""):
+        self.path = path
+        self.problem = problem
+        super().__init__(f"{path}: {problem}" + (f"\n  fix: {fix}" if fix else ""))
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_rebuild_media_error, (self.path, self.problem, str(self)))
+
+
+def _rebuild_media_error(path: str, problem: str, text: str) -> MediaError:
+    err = MediaError(path, problem)
+    err.args = (text,)
+    return err
 
 
 class NodeError(FlowdataError):

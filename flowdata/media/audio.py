@@ -1,0 +1,106 @@
+"""Audio decoding with soundfile (WAV, FLAC, OGG, MP3 and the other libsndfile formats),
+and torchcodec for other formats when it is installed."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any
+
+from flowdata.errors import MediaError
+from flowdata.media._checks import existing
+
+__all__ = ["AudioInfo", "audio_info", "load_audio"]
+
+
+@dataclass(frozen=True)
+class AudioInfo:
+    """What an audio file's header says."""
+
+    path: str
+    sample_rate: int
+    channels: int
+    frames: int
+    format: str
+
+    @property
+    def duration(self) -> float:
+        """Length in seconds."""
+        return self.frames / self.sample_rate if self.sample_rate else 0.0
+
+
+def _soundfile() -> Any:
+    try:
+        import soundfile
+    except ImportError as exc:  # pragma: no cover - soundfile is pinned
+        raise MediaError("", "audio decoding needs the soundfile package", "pip install soundfile") from exc
+    return soundfile
+
+
+def audio_info(path: str | os.PathLike[str]) -> AudioInfo:
+    """Reads only the header: sample rate, channels, frames, format."""
+    text = existing(path)
+    sf = _soundfile()
+    try:
+        info = sf.info(text)
+    except Exception as exc:
+        raise _unreadable(text, exc) from exc
+    return AudioInfo(text, int(info.samplerate), int(info.channels), int(info.frames), str(info.format))
+
+
+def load_audio(path: str | os.PathLike[str], sample_rate: int | None = None, mono: bool = True) -> tuple[Any, int]:
+    """Decodes a file into a float32 tensor ``[channels, frames]`` in [-1, 1].
+
+    Args:
+        path: The file.
+        sample_rate: Resample to this rate (torchaudio's resampler) when it differs.
+        mono: Average the channels into one.
+
+    Returns:
+        ``(waveform, sample_rate)``.
+    """
+    import torch
+
+    text = existing(path)
+    sf = _soundfile()
+    try:
+        data, rate = sf.read(text, dtype="float32", always_2d=True)
+    except Exception as exc:
+        decoded = _torchcodec(text)
+        if decoded is None:
+            raise _unreadable(text, exc) from exc
+        wave, rate = decoded
+    else:
+        wave = torch.from_numpy(data.T.copy())
+    if wave.shape[-1] == 0:
+        raise MediaError(text, "has no audio frames (truncated header?)", "re-export or remove the file")
+    if mono and wave.shape[0] > 1:
+        wave = wave.mean(dim=0, keepdim=True)
+    if sample_rate is not None and int(rate) != int(sample_rate):
+        import torchaudio.functional as AF
+
+        wave = AF.resample(wave, int(rate), int(sample_rate))
+        rate = int(sample_rate)
+    return wave, int(rate)
+
+
+def _torchcodec(path: str) -> tuple[Any, int] | None:
+    """Decodes with torchcodec when it (and FFmpeg) is installed; None otherwise."""
+    try:
+        from torchcodec.decoders import AudioDecoder
+    except Exception:
+        return None
+    try:
+        samples = AudioDecoder(path).get_all_samples()
+    except Exception:
+        return None
+    return samples.data.float(), int(samples.sample_rate)
+
+
+def _unreadable(path: str, exc: Exception) -> MediaError:
+    message = str(exc)
+    low = message.lower()
+    if "format not recognised" in low or "unknown format" in low or "file contains data in an unknown format" in low:
+        return MediaError(path, f"is not an audio file soundfile can read ({message.strip()})",
+                          "convert it to WAV/FLAC/OGG/MP3, or install torchcodec and FFmpeg for other formats")
+    return MediaError(path, f"cannot be decoded, truncated or corrupt ({message.strip()})", "re-export or remove the file")

@@ -1,0 +1,100 @@
+"""Image decoding with PIL: RGB, grayscale, RGBA, 16-bit PNG, multi-page and multi-channel TIFF."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any
+
+from flowdata.errors import MediaError
+from flowdata.media._checks import existing
+
+__all__ = ["ImageInfo", "image_info", "load_image"]
+
+_MODES = ("RGB", "L", "RGBA", None)
+
+
+@dataclass(frozen=True)
+class ImageInfo:
+    """What an image file's header says."""
+
+    path: str
+    width: int
+    height: int
+    mode: str
+    pages: int
+    format: str
+
+
+def _open(path: str) -> Any:
+    from PIL import Image, UnidentifiedImageError
+
+    try:
+        return Image.open(path)
+    except UnidentifiedImageError as exc:
+        raise MediaError(path, "is not an image PIL can read (unknown format)", "convert it to PNG, JPEG or TIFF") from exc
+    except OSError as exc:
+        raise MediaError(path, f"cannot be opened ({exc})") from exc
+
+
+def image_info(path: str | os.PathLike[str]) -> ImageInfo:
+    """Reads only the header: size, mode, number of pages, format."""
+    text = existing(path)
+    with _open(text) as im:
+        return ImageInfo(text, im.width, im.height, im.mode, int(getattr(im, "n_frames", 1)), str(im.format))
+
+
+def load_image(path: str | os.PathLike[str], mode: str | None = "RGB", page: int = 0) -> Any:
+    """Decodes an image into a float32 tensor ``[channels, height, width]``.
+
+    Integer pixels are scaled to [0, 1] by their type's maximum (255, or 65535 for 16-bit);
+    float pixels are kept as they are.
+
+    Args:
+        path: The file.
+        mode: ``"RGB"`` (3 channels), ``"L"`` (1), ``"RGBA"`` (4), or None to keep the
+            file's own channels (e.g. a multi-channel TIFF).
+        page: The page of a multi-page file (TIFF).
+    """
+    import numpy as np
+    import torch
+
+    if mode not in _MODES:
+        raise MediaError(os.fspath(path), f"mode {mode!r} is not supported", "use 'RGB', 'L', 'RGBA' or None")
+    text = existing(path)
+    with _open(text) as im:
+        pages = int(getattr(im, "n_frames", 1))
+        if not 0 <= page < pages:
+            raise MediaError(text, f"has {pages} page(s), not page {page}")
+        try:
+            im.seek(page)
+            im.load()
+            if mode is not None and im.mode != mode:
+                if im.mode.startswith("I;16") or im.mode in ("I", "F"):
+                    if mode != "L":
+                        raise MediaError(
+                            text, f"has {im.mode} pixels (one high-precision channel), which cannot become {mode}",
+                            "load it with mode='L' or mode=None",
+                        )
+                    array = np.asarray(im)
+                else:
+                    array = np.asarray(im.convert(mode))
+            else:
+                array = np.asarray(im)
+        except MediaError:
+            raise
+        except (OSError, SyntaxError, ValueError) as exc:
+            raise MediaError(text, f"cannot be decoded, truncated or corrupt ({exc})", "re-export or remove the file") from exc
+    if array.ndim == 2:
+        array = array[:, :, None]
+    if array.dtype == np.uint8:
+        out = array.astype(np.float32) / 255.0
+    elif array.dtype in (np.uint16, np.dtype(">u2"), np.dtype("<u2")) or str(array.dtype) in ("uint16", ">u2"):
+        out = array.astype(np.float32) / 65535.0
+    elif array.dtype == np.bool_:
+        out = array.astype(np.float32)
+    elif np.issubdtype(array.dtype, np.integer):
+        out = array.astype(np.float32) / float(np.iinfo(array.dtype).max)
+    else:
+        out = array.astype(np.float32)
+    return torch.from_numpy(np.ascontiguousarray(out.transpose(2, 0, 1)))
