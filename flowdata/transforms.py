@@ -1,0 +1,167 @@
+"""Feature transforms: small ``nn.Module`` s that work on one sample or a batch.
+
+Every transform is a :class:`FeatureTransform` — an ``nn.Module`` with ``forward(x) -> x``
+— so they compose with ``nn.Sequential``, pickle, save through ``state_dict`` (loadable
+with ``torch.load(weights_only=True)``), and move with ``.to(device)``. They act on the
+trailing dimensions, so the same module takes ``[C, H, W]`` or ``[N, C, H, W]``, ``[T]`` or
+``[N, T]``. Random transforms take a ``torch.Generator`` (pass ``sample_rng``) so their
+randomness is reproducible per sample. Where torchaudio or torchvision already do the
+maths, these wrap them.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import nn
+
+__all__ = [
+    "CenterCrop",
+    "FeatureTransform",
+    "LogMel",
+    "Normalize",
+    "PadOrTrim",
+    "RandomCrop",
+    "RandomHorizontalFlip",
+    "Resample",
+    "Resize",
+]
+
+
+class FeatureTransform(nn.Module):
+    """Base of flowdata's transforms: ``forward(x: Tensor) -> Tensor`` on trailing dimensions."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+
+class Normalize(FeatureTransform):
+    """``(x - mean) / std``, with ``mean`` and ``std`` broadcast over the trailing dimensions.
+
+    Args:
+        mean: Per-channel (or per-feature) means.
+        std: Standard deviations (values below ``eps`` are raised to ``eps``).
+        dim: Axis of ``x`` (counted from the end, e.g. ``-3`` for C in ``[..., C, H, W]``)
+            the statistics run along; the other trailing axes are broadcast.
+        eps: Smallest standard deviation used.
+    """
+
+    mean: torch.Tensor
+    std: torch.Tensor
+
+    def __init__(self, mean: Any, std: Any, dim: int = -1, eps: float = 1e-8):
+        super().__init__()
+        if dim >= 0:
+            raise ValueError(f"Normalize(dim={dim}): count the axis from the end (e.g. -3 for C in [C, H, W])")
+        mean_t = torch.as_tensor(mean, dtype=torch.float32).reshape(-1)
+        std_t = torch.as_tensor(std, dtype=torch.float32).reshape(-1).clamp_min(eps)
+        shape = [-1] + [1] * (-dim - 1)
+        self.register_buffer("mean", mean_t.reshape(shape))
+        self.register_buffer("std", std_t.reshape(shape))
+        self.dim = dim
+
+    @classmethod
+    def from_stats(cls, stats: Any, dim: int = -1, eps: float = 1e-8) -> Normalize:
+        """From a :class:`flowdata.stats.Stats` (its mean and std, as float32)."""
+        return cls(stats.mean, stats.std, dim=dim, eps=eps)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return (x - self.mean) / self.std
+
+
+class PadOrTrim(FeatureTransform):
+    """Pads with ``value`` or trims the last dimension to ``length`` (e.g. audio frames)."""
+
+    def __init__(self, length: int, value: float = 0.0):
+        super().__init__()
+        self.length = int(length)
+        self.value = float(value)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        n = x.shape[-1]
+        if n >= self.length:
+            return x[..., : self.length]
+        return nn.functional.pad(x, (0, self.length - n), value=self.value)
+
+
+class Resample(FeatureTransform):
+    """Resamples the last dimension from ``orig_freq`` to ``new_freq`` (torchaudio's resampler)."""
+
+    def __init__(self, orig_freq: int, new_freq: int):
+        super().__init__()
+        import torchaudio.transforms as T
+
+        self.inner = T.Resample(orig_freq, new_freq)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.inner(x)  # type: ignore[no-any-return]
+
+
+class LogMel(FeatureTransform):
+    """Log-mel spectrogram ``[..., n_mels, frames]`` of ``[..., samples]`` (torchaudio's
+    ``MelSpectrogram``, then ``log(x + eps)``)."""
+
+    def __init__(self, sample_rate: int = 16000, n_mels: int = 64, n_fft: int = 400, hop_length: int = 160, eps: float = 1e-6):
+        super().__init__()
+        import torchaudio.transforms as T
+
+        self.mel = T.MelSpectrogram(sample_rate=sample_rate, n_fft=n_fft, hop_length=hop_length, n_mels=n_mels)
+        self.eps = eps
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.log(self.mel(x) + self.eps)
+
+
+class Resize(FeatureTransform):
+    """Resizes ``[..., C, H, W]`` to ``size`` (bilinear, antialiased; torchvision's maths)."""
+
+    def __init__(self, size: int | tuple[int, int]):
+        super().__init__()
+        self.size = (size, size) if isinstance(size, int) else tuple(size)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        import torchvision.transforms.v2.functional as F
+
+        return F.resize(x, list(self.size), antialias=True)  # type: ignore[no-any-return]
+
+
+class CenterCrop(FeatureTransform):
+    """Crops the centre ``size`` of ``[..., H, W]``."""
+
+    def __init__(self, size: int | tuple[int, int]):
+        super().__init__()
+        self.size = (size, size) if isinstance(size, int) else tuple(size)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h, w = self.size
+        top = (x.shape[-2] - h) // 2
+        left = (x.shape[-1] - w) // 2
+        return x[..., top : top + h, left : left + w]
+
+
+class RandomCrop(FeatureTransform):
+    """Crops a random ``size`` window of ``[..., H, W]``, drawn from ``generator``."""
+
+    def __init__(self, size: int | tuple[int, int]):
+        super().__init__()
+        self.size = (size, size) if isinstance(size, int) else tuple(size)
+
+    def forward(self, x: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
+        h, w = self.size
+        top = int(torch.randint(0, x.shape[-2] - h + 1, (1,), generator=generator))
+        left = int(torch.randint(0, x.shape[-1] - w + 1, (1,), generator=generator))
+        return x[..., top : top + h, left : left + w]
+
+
+class RandomHorizontalFlip(FeatureTransform):
+    """Flips ``[..., W]`` left-right with probability ``p``, drawn from ``generator``."""
+
+    def __init__(self, p: float = 0.5):
+        super().__init__()
+        self.p = float(p)
+
+    def forward(self, x: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
+        if float(torch.rand(1, generator=generator)) < self.p:
+            return x.flip(-1)
+        return x
