@@ -1,0 +1,80 @@
+"""Image classification tensors: manifest -> decoded -> resized -> statistics -> pixels.
+
+Inputs and config (Hamilton-style; config entries are inputs too):
+
+- ``manifest``: a CSV with columns ``path,label``, paths relative to the CSV's folder;
+- ``image_size`` (32), ``use_imagenet_stats`` (False), ``augment`` (False).
+
+Outputs: ``pixels`` (normalised float32 ``[3, image_size, image_size]``) and ``label``
+(int). Reductions: ``pixel_stats`` (per-channel ``Stats``) and ``label_vocab``. With
+``augment=True``, a random crop (after 4-pixel padding) and a horizontal flip driven by
+``sample_rng`` are applied to ``pixels`` only — never to what the statistics see.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from flowdata import Collect, Parallel, reduce
+from flowdata.media import load_image
+from flowdata.stats import Stats, Vocab, Vocabulary, Welford
+from flowdata.transforms import CenterCrop, Normalize, RandomCrop, RandomHorizontalFlip, Resize
+from flowdata_modules._manifest import read_manifest
+
+IMAGENET_MEAN = (0.485, 0.456, 0.406)
+IMAGENET_STD = (0.229, 0.224, 0.225)
+
+
+def row(manifest: str) -> Parallel[dict[str, str]]:
+    """One ``{"path", "label"}`` row per image of the manifest."""
+    yield from read_manifest(manifest)
+
+
+def resized(row: dict[str, str], image_size: int = 32) -> torch.Tensor:
+    """The image decoded as RGB in [0, 1], its short side resized, centre-cropped square."""
+    image = load_image(row["path"], mode="RGB")
+    h, w = image.shape[-2:]
+    scale = image_size / min(h, w)
+    size = (max(image_size, round(h * scale)), max(image_size, round(w * scale)))
+    square: torch.Tensor = CenterCrop(image_size)(Resize(size)(image))
+    return square
+
+
+@reduce(Welford, dim=(1, 2))
+def pixel_stats(resized: Collect[torch.Tensor]) -> Stats:
+    """Per-channel statistics over every pixel of every image (one streaming pass)."""
+    raise NotImplementedError("@reduce folds the values; the body is not called")
+
+
+def normalization(pixel_stats: Stats, use_imagenet_stats: bool = False) -> Normalize:
+    """Per-channel normalisation: the dataset's statistics, or ImageNet's constants."""
+    if use_imagenet_stats:
+        return Normalize(IMAGENET_MEAN, IMAGENET_STD, dim=-3)
+    return Normalize.from_stats(pixel_stats, dim=-3)
+
+
+def pixels(resized: torch.Tensor, normalization: Normalize, sample_rng: torch.Generator, augment: bool = False) -> torch.Tensor:
+    """Normalised float32 ``[3, image_size, image_size]``, augmented when ``augment``."""
+    x = resized
+    if augment:
+        size = x.shape[-1]
+        x = RandomCrop(size)(torch.nn.functional.pad(x, (4, 4, 4, 4), mode="reflect"), sample_rng)
+        x = RandomHorizontalFlip(0.5)(x, sample_rng)
+    normalized: torch.Tensor = normalization(x)
+    return normalized.float()
+
+
+def label_name(row: dict[str, str]) -> str:
+    """The image's label as written in the manifest."""
+    return row["label"]
+
+
+@reduce(Vocabulary)
+def label_vocab(label_name: Collect[str]) -> Vocab:
+    """The labels, most frequent first (ties in name order)."""
+    raise NotImplementedError("@reduce folds the values; the body is not called")
+
+
+def label(label_name: str, label_vocab: Vocab) -> int:
+    """The label's index in ``label_vocab``."""
+    return label_vocab[label_name]
