@@ -277,7 +277,6 @@ class PassDataset(ProgramNodes, Dataset[dict[str, Any]]):
         collate_fn: Callable[[list[dict[str, Any]]], Any] | None = None,
         nodes: Mapping[str, Node] | None = None,
     ):
-        self.program = program
         self.spec = spec
         self.whole = dict(whole)
         self.index = index

@@ -67,9 +67,9 @@ class Report:
         for name, seconds in node_seconds.items():
             self.node_seconds[name] = self.node_seconds.get(name, 0.0) + seconds
             self.node_calls[name] = self.node_calls.get(name, 0) + delivered
-        known = {(s.group, s.index) for s in self.skipped}
-        self.skipped.extend(s for s in skips if (s.group, s.index) not in known)
-        if skips:
+        if skips:  # the common case, no skip, costs nothing more per chunk
+            known = {(s.group, s.index) for s in self.skipped}
+            self.skipped.extend(s for s in skips if (s.group, s.index) not in known)
             self.check(total=None)
 
     def check(self, total: int | None) -> None:

@@ -70,7 +70,6 @@ class StreamDataset(ProgramNodes, IterableDataset[Any]):
         world_size: int,
         nodes: Mapping[str, Node] | None = None,
     ):
-        self.program = program
         self.spec = spec
         self.whole = dict(whole)
         self.outputs = tuple(outputs)
