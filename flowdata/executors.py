@@ -18,6 +18,9 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import sys
+import threading
+import time
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ProcessPoolExecutor
@@ -88,7 +91,10 @@ class ProcessExecutor:
     def _get_pool(self) -> ProcessPoolExecutor:
         if self._pool is None:
             ctx = multiprocessing.get_context(self.start_method)
-            self._pool = ProcessPoolExecutor(max_workers=self.num_workers, mp_context=ctx)
+            self._pool = ProcessPoolExecutor(
+                max_workers=self.num_workers, mp_context=ctx, initializer=_init_worker,
+                initargs=(0 if ctx.get_start_method() == "forkserver" else os.getpid(),),
+            )
         return self._pool
 
     def map(self, fn: Callable[[T], R], tasks: Iterable[T]) -> Iterator[R]:
@@ -134,6 +140,31 @@ class ProcessExecutor:
 
 
 _END: Any = object()
+
+
+def _init_worker(parent: int) -> None:
+    """Makes a pool worker safe to compute in and unable to outlive its parent.
+
+    torch's intra-op thread pool does not survive ``fork``: a forked worker that runs a
+    parallel torch kernel can wait forever on a lock held by a thread that only existed in
+    the parent. Workers therefore compute single-threaded (as torch's own DataLoader
+    workers do) -- the parallelism is the pool itself. A daemon thread also watches the
+    parent and ends the worker once it is gone, so a crashed or killed main process leaves
+    no orphans holding memory and pipes. (The kernel's parent-death signal is not used: it
+    fires when the *thread* that started the worker ends, and pools start workers from
+    whichever thread submits first.)
+    """
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        torch.set_num_threads(1)
+    parent = parent or os.getppid()
+    threading.Thread(target=_watch_parent, args=(parent,), name="flowdata-watch-parent", daemon=True).start()
+
+
+def _watch_parent(parent: int) -> None:
+    while os.getppid() == parent:
+        time.sleep(0.5)
+    os._exit(1)
 
 
 def resolve_executor(executor: object) -> tuple[Executor, bool]:

@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import os
+import signal
+import subprocess
 import sys
 import traceback
+import time
 import tracemalloc
+from pathlib import Path
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any, TypeVar
 
@@ -545,3 +549,77 @@ def test_too_many_skipped(make_module: Callable[[str], Any]) -> None:
     assert dr.execute(["total"], inputs={"n": 100}, on_error="skip", max_skipped=0.2)["total"] > 0
     with pytest.raises(fd.InputError, match=r"on_error='ignore': expected 'raise' or 'skip'"):
         dr.execute(["total"], inputs={"n": 1}, on_error="ignore")
+
+
+def test_pool_workers_die_with_their_parent(tmp_path: Path) -> None:
+    """A killed main process leaves no pool workers behind (they would hold memory and pipes)."""
+    script = tmp_path / "parent.py"
+    script.write_text(
+        "import os, signal, sys\n"
+        "sys.path.insert(0, sys.argv[1])\n"
+        "import flowdata as fd\n"
+        "from tests.test_execute import _worker_pid\n"
+        "ex = fd.ProcessExecutor(num_workers=2)\n"
+        "print(' '.join(map(str, set(ex.map(_worker_pid, range(8))))), flush=True)\n"
+        "os.kill(os.getpid(), signal.SIGKILL)\n"
+    )
+    root = str(Path(__file__).resolve().parents[1])
+    done = subprocess.run([sys.executable, str(script), root], capture_output=True, text=True, timeout=120)
+    assert done.returncode == -signal.SIGKILL, done.stderr
+    pids = [int(p) for p in done.stdout.split()]
+    assert pids and os.getpid() not in pids
+    deadline = time.monotonic() + 30
+    while any(_alive(p) for p in pids) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not [p for p in pids if _alive(p)]
+
+
+def _worker_pid(_: int) -> int:
+    time.sleep(0.05)
+    return os.getpid()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(") ")[1][0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def test_forked_workers_run_torch_after_the_parent_used_its_threads(tmp_path: Path) -> None:
+    """torch's thread pool does not survive fork; workers must not wait on it forever.
+
+    Runs in a child process with a deadline, so a regression fails instead of hanging.
+    """
+    pytest.importorskip("torch")
+    (tmp_path / "torch_flow.py").write_text(
+        "import torch\n"
+        "from flowdata import Parallel, Collect\n"
+        "def seed(n: int) -> Parallel[int]:\n"
+        "    yield from range(n)\n"
+        "def norm(seed: int) -> float:\n"
+        "    g = torch.Generator().manual_seed(seed)\n"
+        "    return float((torch.randn(256, 256, generator=g) @ torch.randn(256, 256, generator=g)).abs().sum())\n"
+        "def total(norm: Collect[float]) -> int:\n"
+        "    return len(list(norm))\n"
+    )
+    script = tmp_path / "main.py"
+    script.write_text(
+        "import sys, torch\n"
+        "sys.path.insert(0, sys.argv[1])\n"
+        "import flowdata as fd, torch_flow\n"
+        "torch.set_num_threads(2)\n"
+        "torch.randn(512, 512) @ torch.randn(512, 512)  # wakes the parent's intra-op threads\n"
+        "dr = fd.Builder().with_modules(torch_flow).build()\n"
+        "with fd.ProcessExecutor(num_workers=2, start_method='fork') as ex:\n"
+        "    print(dr.execute(['total'], inputs={'n': 40}, executor=ex)['total'])\n"
+    )
+    try:
+        done = subprocess.run(
+            [sys.executable, str(script), str(tmp_path)], capture_output=True, text=True, timeout=120
+        )
+    except subprocess.TimeoutExpired:
+        pytest.fail("forked workers hung running torch after the parent had used its thread pool")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["40"]

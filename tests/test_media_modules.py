@@ -53,7 +53,7 @@ def shapes(tmp_path: Path) -> str:
 
 def test_audio_module(tones: str) -> None:
     dr = fd.Builder().with_modules(audio).with_config({"sample_rate": 16000, "n_mels": 32}).build()
-    loader = dr.dataloader(["features", "label"], inputs={"manifest": tones}, batch_size=8)
+    loader = dr.dataloader(["features", "label"], inputs={"manifest": tones}, batch_size=8, num_workers=2)
     batches = list(loader)
     feats = torch.cat([b["features"] for b in batches])
     labels = torch.cat([b["label"] for b in batches])
