@@ -8,12 +8,15 @@ Inputs and config (Hamilton-style; config entries are inputs too):
 Outputs: ``pixels`` (normalised float32 ``[3, image_size, image_size]``) and ``label``
 (int). Reductions: ``pixel_stats`` (per-channel ``Stats``) and ``label_vocab``. With
 ``augment=True``, a random crop (after 4-pixel padding) and a horizontal flip driven by
-``sample_rng`` are applied to ``pixels`` only — never to what the statistics see.
+``sample_rng`` are applied to ``pixels`` only — never to what the statistics see. With
+``use_imagenet_stats=True`` the graph has no ``pixel_stats`` dependency at all, so the
+first pass reads only the manifest's labels and decodes no image.
 """
 
 from __future__ import annotations
 
 import torch
+from hamilton.function_modifiers import config
 
 from flowdata import Collect, Parallel, reduce
 from flowdata.media import load_image
@@ -46,11 +49,16 @@ def pixel_stats(resized: Collect[torch.Tensor]) -> Stats:
     raise NotImplementedError("@reduce folds the values; the body is not called")
 
 
-def normalization(pixel_stats: Stats, use_imagenet_stats: bool = False) -> Normalize:
-    """Per-channel normalisation: the dataset's statistics, or ImageNet's constants."""
-    if use_imagenet_stats:
-        return Normalize(IMAGENET_MEAN, IMAGENET_STD, dim=-3)
+@config.when_not(use_imagenet_stats=True)
+def normalization__dataset(pixel_stats: Stats) -> Normalize:
+    """Per-channel normalisation by the dataset's own statistics."""
     return Normalize.from_stats(pixel_stats, dim=-3)
+
+
+@config.when(use_imagenet_stats=True)
+def normalization__imagenet() -> Normalize:
+    """Per-channel normalisation by ImageNet's constants: no image is decoded in pass 1."""
+    return Normalize(IMAGENET_MEAN, IMAGENET_STD, dim=-3)
 
 
 def pixels(resized: torch.Tensor, normalization: Normalize, sample_rng: torch.Generator, augment: bool = False) -> torch.Tensor:

@@ -91,7 +91,9 @@ def test_image_augmentation_never_enters_the_statistics(shapes: str) -> None:
     again = next(iter(b))["pixels"]
     assert torch.equal(first, again) and not torch.equal(first, next(iter(a))["pixels"])
     imagenet = fd.Builder().with_modules(image).with_config({"image_size": 16, "use_imagenet_stats": True}).build()
-    x = next(iter(imagenet.dataloader(["pixels"], inputs={"manifest": shapes}, batch_size=20)))["pixels"]
+    loader = imagenet.dataloader(["pixels", "label"], inputs={"manifest": shapes}, batch_size=20)
+    assert set(loader.stats) == {"label_vocab"}  # pass 1 decodes no image
+    x = next(iter(loader))["pixels"]
     assert not torch.allclose(x.mean((0, 2, 3)), torch.zeros(3), atol=1e-2)  # not the dataset's own stats
 
 
