@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# The main job: installs what it needs, then runs the bundled example dataflow.
+# The main job: installs what it needs, checks the bundled modules, then runs the media demo
+# (generated audio and image datasets, statistics, training through flowdata's loaders).
+# Extra arguments go to the demo, e.g. `bash scripts/main.sh --epochs 2 --out /tmp/demo`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
-.venv/bin/flowdata check flowdata_modules.example
-.venv/bin/flowdata run flowdata_modules.example --outputs summary,total --input n=1000 --executor processes
+for module in audio image example; do .venv/bin/flowdata check "flowdata_modules.$module"; done
+.venv/bin/python examples/media_demo.py "$@"
