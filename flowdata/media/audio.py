@@ -4,6 +4,7 @@ and torchcodec for other formats when it is installed."""
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -64,13 +65,15 @@ def load_audio(path: str | os.PathLike[str], sample_rate: int | None = None, mon
     text = existing(path)
     sf = _soundfile()
     try:
-        data, rate = sf.read(text, dtype="float32", always_2d=True)
+        with sf.SoundFile(text) as f:
+            data, rate, log = f.read(dtype="float32", always_2d=True), f.samplerate, f.extra_info
     except Exception as exc:
         decoded = _torchcodec(text)
         if decoded is None:
             raise _unreadable(text, exc) from exc
         wave, rate = decoded
     else:
+        _check_complete(text, log)
         wave = torch.from_numpy(data.T.copy())
     if wave.shape[-1] == 0:
         raise MediaError(text, "has no audio frames (truncated header?)", "re-export or remove the file")
@@ -82,6 +85,24 @@ def load_audio(path: str | os.PathLike[str], sample_rate: int | None = None, mon
         wave = AF.resample(wave, int(rate), int(sample_rate))
         rate = int(sample_rate)
     return wave, int(rate)
+
+
+# libsndfile reads a file cut short in its audio data without an error, up to where it
+# ends, and only logs the data chunk's declared size with the size it "should be" (WAV
+# "data", AIFF "SSND", AU "Data Size"). 0xFFFFFFFF and 0x7FFFFFFF are the placeholders of
+# writers that stream to a pipe (the length is unknown), not a truncation.
+_SHORT = re.compile(r"^\s*(?:data|SSND|Data Size)\s*:\s*(\d+) \(should be (\d+)\)", re.MULTILINE)
+_UNKNOWN_LENGTH = (0xFFFFFFFF, 0x7FFFFFFF)
+
+
+def _check_complete(path: str, log: str) -> None:
+    """Raises MediaError when libsndfile's log says the audio data is shorter than declared."""
+    for declared, present in _SHORT.findall(log):
+        if int(present) < int(declared) and int(declared) not in _UNKNOWN_LENGTH:
+            raise MediaError(
+                path, f"is truncated: its header declares {declared} bytes of audio data, the file holds {present}",
+                "re-export or remove the file",
+            )
 
 
 def _torchcodec(path: str) -> tuple[Any, int] | None:

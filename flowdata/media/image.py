@@ -32,9 +32,36 @@ def _open(path: str) -> Any:
     try:
         return Image.open(path)
     except UnidentifiedImageError as exc:
+        known = _signature(path)
+        if known is not None:  # PIL says "cannot identify" for a file cut inside its header too
+            raise MediaError(
+                path, f"cannot be decoded, truncated or corrupt (starts like {known}, but PIL cannot read it)",
+                "re-export or remove the file",
+            ) from exc
         raise MediaError(path, "is not an image PIL can read (unknown format)", "convert it to PNG, JPEG or TIFF") from exc
-    except OSError as exc:
+    except PermissionError as exc:
         raise MediaError(path, f"cannot be opened ({exc})") from exc
+    except OSError as exc:  # e.g. a JPEG cut inside its header: "Truncated File Read"
+        raise MediaError(
+            path, f"cannot be decoded, truncated or corrupt ({exc})", "re-export or remove the file",
+        ) from exc
+
+
+def _signature(path: str) -> str | None:
+    """The format whose signature the file starts with, by PIL's own checks; None when none."""
+    from PIL import Image
+
+    Image.init()
+    with open(path, "rb") as f:
+        prefix = f.read(16)
+    for fmt in Image.ID:
+        accept = Image.OPEN[fmt][1]
+        try:
+            if accept is not None and accept(prefix) is True:
+                return fmt
+        except Exception:  # a check that expects a longer prefix
+            continue
+    return None
 
 
 def image_info(path: str | os.PathLike[str]) -> ImageInfo:
