@@ -52,9 +52,14 @@ def feature_stats(log_mel: Collect[torch.Tensor]) -> Stats:
     raise NotImplementedError("@reduce folds the values; the body is not called")
 
 
-def features(log_mel: torch.Tensor, feature_stats: Stats) -> torch.Tensor:
+def feature_normalization(feature_stats: Stats) -> Normalize:
+    """Per-mel-bin normalisation by the training statistics, built once for every sample."""
+    return Normalize.from_stats(feature_stats, dim=-2)
+
+
+def features(log_mel: torch.Tensor, feature_normalization: Normalize) -> torch.Tensor:
     """The log-mel normalised per mel bin: float32 ``[n_mels, frames]``."""
-    normalized: torch.Tensor = Normalize.from_stats(feature_stats, dim=-2)(log_mel)
+    normalized: torch.Tensor = feature_normalization(log_mel)
     return normalized.float()
 
 
