@@ -108,6 +108,7 @@ def _bad_files(folder: Path) -> dict[str, Path]:
         "truncated_flac": folder / "cut.flac",
         "truncated_png": folder / "cut.png",
         "text_as_png": folder / "notes.png",
+        "text_as_mp3": folder / "notes.mp3",
     }
     files["empty"].write_bytes(b"")
     files["text_as_wav"].write_text("this is not audio\n" * 20)
@@ -116,6 +117,7 @@ def _bad_files(folder: Path) -> dict[str, Path]:
     files["truncated_flac"].write_bytes((folder / "full.flac").read_bytes()[:60])
     files["truncated_png"].write_bytes(good_png.read_bytes()[:80])
     files["text_as_png"].write_text("not an image")
+    files["text_as_mp3"].write_text("this is not audio either\n")
     return files
 
 
@@ -125,6 +127,8 @@ def _bad_files(folder: Path) -> dict[str, Path]:
     ("text_as_wav", r"notes.wav: is not an audio file soundfile can read"),
     ("truncated_wav", r"cut.wav: (cannot be decoded, truncated or corrupt|is not an audio file|has no audio frames)"),
     ("truncated_flac", r"cut.flac: (cannot be decoded, truncated or corrupt|is not an audio file|has no audio frames)"),
+    # libsndfile calls a rejected MP3 "does not exist"; the error must not repeat that
+    ("text_as_mp3", r"notes.mp3: cannot be decoded, truncated or corrupt \(libsndfile's decoders found no audio stream"),
 ])
 def test_bad_audio(tmp_path: Path, name: str, pattern: str) -> None:
     path = _bad_files(tmp_path)[name]

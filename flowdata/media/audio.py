@@ -121,6 +121,9 @@ def _torchcodec(path: str) -> tuple[Any, int] | None:
 def _unreadable(path: str, exc: Exception) -> MediaError:
     message = str(exc)
     low = message.lower()
+    if "does not exist or is not a regular file" in low:
+        # libsndfile's words for a file its MP3 decoder rejects; the file exists (checked first)
+        message = "libsndfile's decoders found no audio stream in it"
     if "format not recognised" in low or "unknown format" in low or "file contains data in an unknown format" in low:
         return MediaError(path, f"is not an audio file soundfile can read ({message.strip()})",
                           "convert it to WAV/FLAC/OGG/MP3, or install torchcodec and FFmpeg for other formats")
