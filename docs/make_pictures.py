@@ -10,15 +10,23 @@ from __future__ import annotations
 import os
 
 import flowdata as fd
+import flowdata_modules.audio as audio
 import flowdata_modules.example as example
+import flowdata_modules.image as image
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
 def main() -> None:
-    """Writes example.svg (the structure) and example-run.svg (with a run's report)."""
+    """Writes the example's pictures and those of the bundled media modules."""
     out = os.path.join(HERE, "img")
     os.makedirs(out, exist_ok=True)
+    example_pictures(out)
+    media_pictures(out)
+
+
+def example_pictures(out: str) -> None:
+    """Writes example.svg (the structure), example-run.svg (with a run's report), example.mmd."""
     dr = fd.Builder().with_modules(example).build()
     dr.visualize(os.path.join(out, "example.svg"))
     report = fd.Report()
@@ -27,6 +35,17 @@ def main() -> None:
     with open(os.path.join(out, "example.mmd"), "w", encoding="utf-8") as f:
         f.write(dr.to_mermaid())
     print(f"wrote {out}/example.svg, example-run.svg, example.mmd")
+
+
+def media_pictures(out: str) -> None:
+    """Writes audio.svg, image.svg (default config) and image-imagenet.svg (use_imagenet_stats=True)."""
+    dr = fd.Builder().with_modules(audio).build()
+    dr.visualize(os.path.join(out, "audio.svg"), outputs=["features", "label"])
+    dr = fd.Builder().with_modules(image).build()
+    dr.visualize(os.path.join(out, "image.svg"), outputs=["pixels", "label"])
+    dr = fd.Builder().with_modules(image).with_config({"use_imagenet_stats": True}).build()
+    dr.visualize(os.path.join(out, "image-imagenet.svg"), outputs=["pixels", "label"], legend=False)
+    print(f"wrote {out}/audio.svg, image.svg, image-imagenet.svg")
 
 
 if __name__ == "__main__":
