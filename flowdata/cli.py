@@ -28,12 +28,18 @@ from flowdata.errors import FlowdataError, GraphError
 __all__ = ["main"]
 
 
+_PYTHON_WORDS: dict[str, Any] = {"True": True, "False": False, "None": None}
+
+
 def _pairs(items: Sequence[str] | None, what: str) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for item in items or ():
         key, sep, raw = item.partition("=")
         if not sep or not key:
             raise SystemExit(f"flowdata: --{what} expects key=value, got {item!r}")
+        if raw in _PYTHON_WORDS:  # True/False/None as Python writes them, not only JSON's
+            out[key] = _PYTHON_WORDS[raw]
+            continue
         try:
             out[key] = json.loads(raw)
         except json.JSONDecodeError:

@@ -174,7 +174,7 @@ def to_dot(
     for name in outside:
         dot.node(name, **node_attrs(name))
 
-    for name in nodes:
+    for name in sorted(nodes):  # sorted: the same picture whatever the hash seed
         node = graph.nodes[name]
         for p in node.params:
             if p.name not in nodes and p.name not in inputs:

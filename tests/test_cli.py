@@ -111,3 +111,17 @@ def test_module_raising_at_import(tmp_path: Path, capsys: pytest.CaptureFixture[
 def test_empty_outputs() -> None:
     with pytest.raises(SystemExit, match=r"--outputs needs at least one node name"):
         main(["run", "flowdata_modules.example", "--outputs", ","])
+
+
+@pytest.mark.parametrize(("raw", "chosen"), [("True", "on"), ("true", "on"), ("False", "off"), ("None", "off")])
+def test_python_booleans_in_config(tmp_path: Path, capsys: pytest.CaptureFixture[str], raw: str, chosen: str) -> None:
+    mod = tmp_path / "switch_flow.py"
+    mod.write_text(
+        "from hamilton.function_modifiers import config\n"
+        "@config.when(flag=True)\n"
+        "def out__on(x: int) -> str:\n    return 'on'\n"
+        "@config.when_not(flag=True)\n"
+        "def out__off(x: int) -> str:\n    return 'off'\n"
+    )
+    assert main(["run", str(mod), "--outputs", "out", "--input", "x=1", "--config", f"flag={raw}"]) == 0
+    assert capsys.readouterr().out.split() == ["out", repr(chosen)]
