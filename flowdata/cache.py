@@ -9,8 +9,9 @@ under the same *key*. The key is a SHA-256 over:
 - the **code**: the source text of the source function, of every per-sample node the
   pass computes and of every reduction, with each reducer's class and options;
 - the **whole values** the pass reads (inputs, once nodes, earlier Collect results) and the
-  graph's **config**, each digested by value (arrays by dtype, shape and bytes; other
-  objects by their pickle bytes — hashed, never unpickled).
+  graph's **config**, each digested by value (arrays by dtype, shape and bytes;
+  torch modules by their classes, settings and ``state_dict``; anything else by its
+  pickle bytes — hashed, never unpickled).
 
 An entry is a folder ``pass-<key>`` holding ``manifest.json`` and one ``.npz`` per reduction
 with its ``state_dict`` (plain arrays, loaded with ``allow_pickle=False``). It is written to
@@ -72,6 +73,8 @@ def _feed(h: Any, value: Any) -> None:
         h.update(b")")
     elif hasattr(value, "dtype") and hasattr(value, "shape") and hasattr(value, "tobytes"):
         h.update(f"array:{value.dtype}:{tuple(value.shape)}:".encode() + value.tobytes())
+    elif hasattr(value, "named_modules") and hasattr(value, "state_dict"):
+        _feed_module(h, value)
     elif type(value).__module__.startswith("torch") and hasattr(value, "detach"):
         arr = value.detach().cpu()
         h.update(f"tensor:{arr.dtype}:{tuple(arr.shape)}:".encode())
@@ -81,6 +84,26 @@ def _feed(h: Any, value: Any) -> None:
     else:
         h.update(f"pickle:{type(value).__qualname__}:".encode())
         h.update(pickle.dumps(value, protocol=4))
+
+
+def _feed_module(h: Any, module: Any) -> None:
+    """A torch module by content: each submodule's class and public settings, then its
+    ``state_dict`` tensors. (Its pickle is no key: it differs between equal instances.)"""
+    h.update(b"module(")
+    for name, sub in module.named_modules():
+        h.update(f"{name}:{type(sub).__module__}.{type(sub).__qualname__}(".encode())
+        for key in sorted(vars(sub)):
+            setting = vars(sub)[key]
+            if key.startswith("_") or key == "training" or hasattr(setting, "named_modules"):
+                continue
+            _feed(h, key)
+            if callable(setting):
+                h.update(f"callable:{getattr(setting, '__module__', '')}.{getattr(setting, '__qualname__', repr(setting))};".encode())
+            else:
+                _feed(h, setting)
+        h.update(b")")
+    _feed(h, dict(module.state_dict()))
+    h.update(b")")
 
 
 def fingerprint_items(items: Iterable[Any]) -> tuple[str, int]:

@@ -159,6 +159,11 @@ class Driver:
         # Config entries are inputs too, as in Hamilton.
         return {**self.config, **(inputs or {}), **(overrides or {})}
 
+    def _replaced(self, inputs: Mapping[str, Any] | None, overrides: Mapping[str, Any] | None) -> tuple[str, ...]:
+        """Nodes whose values the caller gives: overrides, and inputs named like a node
+        (an input named like a node replaces that node, and whatever only it needed)."""
+        return tuple(dict.fromkeys([*(overrides or ()), *(k for k in inputs or () if k in self.graph.nodes)]))
+
     def _warn_unread(self, inputs: Mapping[str, Any], stacklevel: int = 4) -> None:
         """Warns about inputs no node reads: usually a misspelt name whose default was used."""
         unread = [k for k in inputs if k not in self.graph.inputs and k not in self.graph.nodes]
@@ -230,9 +235,8 @@ class Driver:
             raise InputError(f"on_error={on_error!r}: expected 'raise' or 'skip'")
         values = self._values(inputs, overrides)
         self._warn_unread(inputs or {})
-        # An input named like a node replaces that node, exactly as an override does.
-        replaced = tuple(dict.fromkeys([*(overrides or ()), *(k for k in inputs or () if k in self.graph.nodes)]))
-        plan = make_plan(self.graph, self.analysis, outputs, set(values), replaced, allow_per_sample=False)
+        plan = make_plan(self.graph, self.analysis, outputs, set(values), self._replaced(inputs, overrides),
+                         allow_per_sample=False)
         ex, owned = resolve_executor(executor)
         try:
             cache = PassCache(cache_dir) if cache_dir is not None else None
@@ -272,7 +276,8 @@ class Driver:
             raise InputError(f"on_error={on_error!r}: expected 'raise' or 'skip'")
         values = self._values(inputs, None)
         self._warn_unread(inputs or {}, stacklevel=5)
-        plan = make_plan(self.graph, self.analysis, outputs, set(values), allow_per_sample=True)
+        plan = make_plan(self.graph, self.analysis, outputs, set(values), self._replaced(inputs, None),
+                         allow_per_sample=True)
         whole_outputs = [o for o in outputs if not self.analysis.per_sample(o)]
         if whole_outputs or not outputs:
             raise InputError(
@@ -471,7 +476,8 @@ class Driver:
             if len(plan.group(source.name).passes) > 1:
                 plan = None
         if plan is None:
-            plan = make_plan(self.graph, self.analysis, outputs, set(values), allow_per_sample=True)
+            plan = make_plan(self.graph, self.analysis, outputs, set(values), self._replaced(inputs, None),
+                             allow_per_sample=True)
         if not_per_sample or not plan.groups:
             raise InputError(
                 "run_sample() runs per-sample nodes, but "

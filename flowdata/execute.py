@@ -410,7 +410,7 @@ class Run:
             for s in skips:
                 if (s.group, s.index) not in self._logged:
                     self._logged.add((s.group, s.index))
-                    _log.warning("skipped %s of group '%s' in pass %d", s, group.source, pass_.number)
+                    _log.warning("group '%s', pass %d: skipped %s", group.source, pass_.number, s)
         self.report.add(group.source, len(result.indices), result.node_seconds, skips)
         if self.on_chunk is not None:
             self.on_chunk(len(result.indices) + len(skips))

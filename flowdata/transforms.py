@@ -119,6 +119,9 @@ class Resize(FeatureTransform):
     def __init__(self, size: int | tuple[int, int]):
         super().__init__()
         self.size = (size, size) if isinstance(size, int) else tuple(size)
+        # torchvision takes about a second to import: do it where the transform is built
+        # (usually the main process, before workers fork and inherit it), not per worker.
+        import torchvision.transforms.v2.functional  # noqa: F401
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         import torchvision.transforms.v2.functional as F

@@ -10,7 +10,7 @@ from collections.abc import Iterator
 def read_manifest(manifest: str) -> Iterator[dict[str, str]]:
     """One ``{"path", "label"}`` row per line; paths made absolute against the CSV's folder."""
     folder = os.path.dirname(os.path.abspath(manifest))
-    with open(manifest, newline="", encoding="utf-8") as f:
+    with open(manifest, newline="", encoding="utf-8-sig") as f:  # a BOM (Excel) is not part of "path"
         reader = csv.DictReader(f)
         missing = {"path", "label"} - set(reader.fieldnames or ())
         if missing:

@@ -16,6 +16,7 @@ first pass reads only the manifest's labels and decodes no image.
 from __future__ import annotations
 
 import torch
+import torchvision.transforms.v2.functional  # noqa: F401  # once here, so forked workers inherit it
 from hamilton.function_modifiers import config
 
 from flowdata import Collect, Parallel, reduce

@@ -416,3 +416,26 @@ def test_batches_travel_inline_and_keep_every_dtype() -> None:
     for key in ("small", "half", "big"):
         assert torch.equal(back.data[key], data[key]) and back.data[key].dtype == data[key].dtype
     assert back.data["names"] == ["a", "b"] and torch.equal(back.data["nested"]["x"], torch.tensor([1, 2]))
+
+
+def test_an_input_named_like_a_node_prunes_what_only_it_needed(build: Callable[..., fd.Driver]) -> None:
+    """Giving `scale` (fed by a reduction) leaves the reduction, and its pass, out."""
+    dr = build("""
+    from flowdata import Collect, Parallel, reduce
+    from flowdata.stats import Stats, Welford
+    def row(n: int) -> Parallel[int]:
+        yield from range(n)
+    def expensive(row: int) -> float:
+        raise RuntimeError("only the statistics need this node")
+    @reduce(Welford)
+    def stats(expensive: Collect[float]) -> Stats:
+        raise NotImplementedError
+    def scale(stats: Stats) -> float:
+        return float(stats.std)
+    def scaled(row: int, scale: float) -> float:
+        return row * scale
+    """)
+    loader = dr.dataloader(["scaled"], inputs={"n": 6, "scale": 0.5}, batch_size=3, num_workers=0)
+    assert dict(loader.stats) == {}
+    assert torch.cat([b["scaled"] for b in loader]).tolist() == [0.0, 0.5, 1.0, 1.5, 2.0, 2.5]
+    assert dr.run_sample(["scaled"], inputs={"n": 6, "scale": 2.0}, index=3)["scaled"] == 6.0

@@ -153,3 +153,12 @@ def test_media_error_pickles() -> None:
     err = fd.MediaError("a.wav", "file is empty (0 bytes)", "remove it")
     back = pickle.loads(pickle.dumps(err))
     assert str(back) == str(err) and back.path == "a.wav"
+
+
+def test_palette_image_keeps_its_colours_with_mode_none(tmp_path: Path) -> None:
+    rgb = Image.fromarray(np.array([[[200, 10, 10], [10, 200, 10]], [[10, 10, 200], [250, 250, 0]]], dtype=np.uint8))
+    rgb.convert("P", palette=Image.Palette.ADAPTIVE, colors=4).save(tmp_path / "pal.png")
+    got = load_image(tmp_path / "pal.png", mode=None)
+    assert got.shape == (3, 2, 2)
+    assert torch.equal(got, load_image(tmp_path / "pal.png", mode="RGB"))
+    assert float(got[0, 0, 0]) > 0.7 and float(got[2, 1, 0]) > 0.7  # red and blue, not indices / 255

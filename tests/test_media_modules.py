@@ -112,3 +112,16 @@ def test_bad_files_raise_or_skip(tones: str, tmp_path: Path) -> None:
     assert "missing.wav: file does not exist" in loader.report.skipped[1].error
     assert sum(len(b["label"]) for b in loader) == 24
     assert loader.stats["feature_stats"].count.tolist()[0] == 24 * 101
+
+
+def test_audio_statistics_come_from_the_pass_cache_the_second_time(tones: str, tmp_path: Path) -> None:
+    """The once node `mel` (a torch module) is part of the cache key by content, not by its pickle."""
+    dr = fd.Builder().with_modules(audio).with_config({"n_mels": 16}).build()
+    first = dr.dataloader(["features"], inputs={"manifest": tones}, batch_size=8, cache_dir=tmp_path / "cache")
+    again = fd.Builder().with_modules(audio).with_config({"n_mels": 16}).build()
+    second = again.dataloader(["features"], inputs={"manifest": tones}, batch_size=8, cache_dir=tmp_path / "cache")
+    assert first.report.seen == {"row": 24} and second.report.seen == {}  # pass 1 did not run again
+    assert torch.equal(first.stats["feature_stats"].std, second.stats["feature_stats"].std)
+    other = fd.Builder().with_modules(audio).with_config({"n_mels": 8}).build()
+    third = other.dataloader(["features"], inputs={"manifest": tones}, batch_size=8, cache_dir=tmp_path / "cache")
+    assert third.report.seen == {"row": 24} and third.stats["feature_stats"].mean.shape == (8,)

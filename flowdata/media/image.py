@@ -80,7 +80,8 @@ def load_image(path: str | os.PathLike[str], mode: str | None = "RGB", page: int
     Args:
         path: The file.
         mode: ``"RGB"`` (3 channels), ``"L"`` (1), ``"RGBA"`` (4), or None to keep the
-            file's own channels (e.g. a multi-channel TIFF).
+            file's own channels (e.g. a multi-channel TIFF); a palette image then comes as
+            its colours, RGB (RGBA when it has transparency), never as palette indices.
         page: The page of a multi-page file (TIFF).
     """
     import numpy as np
@@ -106,6 +107,10 @@ def load_image(path: str | os.PathLike[str], mode: str | None = "RGB", page: int
                     array = np.asarray(im)
                 else:
                     array = np.asarray(im.convert(mode))
+            elif mode is None and im.mode in ("P", "PA"):
+                # palette indices are not pixel values: expand to the colours they stand for
+                has_alpha = im.mode == "PA" or "transparency" in im.info
+                array = np.asarray(im.convert("RGBA" if has_alpha else "RGB"))
             else:
                 array = np.asarray(im)
         except MediaError:
