@@ -211,9 +211,13 @@ def short_repr(value: Any, limit: int = 120) -> str:
 
 
 def describe(exc: BaseException) -> str:
-    """``Type: message`` of an exception, on one line."""
+    """``Type: message`` of an exception, on one line; a ``fix:`` line of the message
+    (flowdata's own errors, such as ``MediaError``, carry one) is kept after a dash."""
     msg = str(exc).strip().splitlines()
-    return f"{type(exc).__name__}: {msg[0]}" if msg else type(exc).__name__
+    if not msg:
+        return type(exc).__name__
+    fixes = [line.strip()[4:].strip() for line in msg[1:] if line.strip().startswith("fix:")]
+    return f"{type(exc).__name__}: {msg[0]}" + (f" -- fix: {fixes[0]}" if fixes else "")
 
 
 def user_traceback(tb: types.TracebackType | None) -> types.TracebackType | None:
