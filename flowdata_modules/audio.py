@@ -35,8 +35,9 @@ def waveform(row: dict[str, str], sample_rate: int = 16000, clip_seconds: float 
 
 
 def mel(sample_rate: int = 16000, n_mels: int = 64) -> LogMel:
-    """The log-mel transform, built once and shipped to the workers."""
-    return LogMel(sample_rate=sample_rate, n_mels=n_mels)
+    """The log-mel transform (25 ms windows every 10 ms), built once and shipped to the workers."""
+    return LogMel(sample_rate=sample_rate, n_mels=n_mels,
+                  n_fft=round(0.025 * sample_rate), hop_length=round(0.010 * sample_rate))
 
 
 def log_mel(waveform: torch.Tensor, mel: LogMel) -> torch.Tensor:
