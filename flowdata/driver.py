@@ -188,10 +188,13 @@ class Driver:
     ) -> Plan:
         """What a call for ``outputs`` computes: groups, passes and once nodes (printable).
 
-        Inputs are not required: a plan shows every input the call would read.
+        Inputs are not required: a plan shows every input the call would read. Inputs
+        named like a node replace it, as in ``execute()`` and ``dataloader()``.
         """
-        names = set(self.config) | set(inputs or ()) | set(overrides or ())
-        return make_plan(self.graph, self.analysis, outputs, names, tuple(overrides or ()), check_inputs=False)
+        given = list(inputs or ())
+        names = set(self.config) | set(given) | set(overrides or ())
+        replaced = tuple(dict.fromkeys([*(overrides or ()), *(k for k in given if k in self.graph.nodes)]))
+        return make_plan(self.graph, self.analysis, outputs, names, replaced, check_inputs=False)
 
     @_public
     def execute(
@@ -316,7 +319,10 @@ class Driver:
             close = getattr(executor, "close", None)
             if close is not None:
                 close()
-        return dataset, indices, stats, report
+        # Collect results given by name (e.g. a validation loader fed the training
+        # statistics) are part of what the loader was built with.
+        given = {n: values[n] for n in self._replaced(inputs, None) if self.analysis.roles.get(n) is Role.COLLECT}
+        return dataset, indices, {**given, **stats}, report
 
     @_public
     def dataset(

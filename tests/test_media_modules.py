@@ -66,6 +66,10 @@ def test_audio_module(tones: str) -> None:
     # the two classes differ where their energy is: the features carry the label
     low, high = feats[labels == 1].mean((0, 2)), feats[labels == 0].mean((0, 2))
     assert int(low.argmax()) < int(high.argmax())
+    # a validation loader given the training statistics by name computes no pass 1 and lists them
+    val = dr.dataloader(["features", "label"], inputs={"manifest": tones, **loader.stats}, batch_size=8)
+    assert val.report.seen == {} and val.stats["label_vocab"] is loader.stats["label_vocab"]
+    assert torch.equal(torch.cat([b["features"] for b in val]), feats)
 
 
 def test_image_module(shapes: str) -> None:
