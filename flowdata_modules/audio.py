@@ -2,7 +2,8 @@
 
 Inputs and config (Hamilton-style; config entries are inputs too):
 
-- ``manifest``: a CSV with columns ``path,label``, paths relative to the CSV's folder;
+- ``manifest``: a CSV with columns ``path,label``, paths relative to the CSV's folder; or a
+  folder or glob pattern of audio files, each labelled by the name of its folder;
 - ``sample_rate`` (16000), ``clip_seconds`` (1.0), ``n_mels`` (64).
 
 Outputs: ``features`` (normalised log-mel, float32 ``[n_mels, frames]``) and ``label``
@@ -22,9 +23,13 @@ from flowdata.transforms import LogMel, Normalize, PadOrTrim
 from flowdata_modules._manifest import read_manifest
 
 
+AUDIO_SUFFIXES = (".wav", ".flac", ".ogg", ".mp3", ".aiff", ".aif", ".au", ".opus", ".m4a")
+
+
 def row(manifest: str) -> Parallel[dict[str, str]]:
-    """One ``{"path", "label"}`` row per clip of the manifest."""
-    yield from read_manifest(manifest)
+    """One ``{"path", "label"}`` row per clip: from a ``path,label`` CSV, or every audio file
+    of a folder or glob pattern, labelled by the folder that holds it."""
+    yield from read_manifest(manifest, AUDIO_SUFFIXES)
 
 
 def waveform(row: dict[str, str], sample_rate: int = 16000, clip_seconds: float = 1.0) -> torch.Tensor:

@@ -2,7 +2,8 @@
 
 Inputs and config (Hamilton-style; config entries are inputs too):
 
-- ``manifest``: a CSV with columns ``path,label``, paths relative to the CSV's folder;
+- ``manifest``: a CSV with columns ``path,label``, paths relative to the CSV's folder; or a
+  folder or glob pattern of image files, each labelled by the name of its folder;
 - ``image_size`` (32), ``use_imagenet_stats`` (False), ``augment`` (False).
 
 Outputs: ``pixels`` (normalised float32 ``[3, image_size, image_size]``) and ``label``
@@ -29,9 +30,13 @@ IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
 
 
+IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".tif", ".tiff", ".webp")
+
+
 def row(manifest: str) -> Parallel[dict[str, str]]:
-    """One ``{"path", "label"}`` row per image of the manifest."""
-    yield from read_manifest(manifest)
+    """One ``{"path", "label"}`` row per image: from a ``path,label`` CSV, or every image
+    file of a folder or glob pattern, labelled by the folder that holds it."""
+    yield from read_manifest(manifest, IMAGE_SUFFIXES)
 
 
 def resized(row: dict[str, str], image_size: int = 32) -> torch.Tensor:

@@ -129,3 +129,23 @@ def test_audio_statistics_come_from_the_pass_cache_the_second_time(tones: str, t
     other = fd.Builder().with_modules(audio).with_config({"n_mels": 8}).build()
     third = other.dataloader(["features"], inputs={"manifest": tones}, batch_size=8, cache_dir=tmp_path / "cache")
     assert third.report.seen == {"row": 24} and third.stats["feature_stats"].mean.shape == (8,)
+
+
+def test_a_folder_or_glob_is_a_manifest_labelled_by_folder(tmp_path: Path) -> None:
+    rng = np.random.default_rng(1)
+    for label, channel in (("red", 0), ("blue", 2)):
+        (tmp_path / "train" / label).mkdir(parents=True)
+        for i in range(3):
+            array = rng.integers(0, 60, (12, 12, 3)).astype(np.uint8)
+            array[..., channel] += 150
+            Image.fromarray(array).save(tmp_path / "train" / label / f"{i}.png")
+    (tmp_path / "train" / "red" / "notes.txt").write_text("not an image, not listed")
+    dr = fd.Builder().with_modules(image).with_config({"image_size": 8}).build()
+    by_folder = dr.execute(["label_vocab"], inputs={"manifest": str(tmp_path / "train")})["label_vocab"]
+    assert by_folder.tokens == ("blue", "red") and by_folder.counts == (3, 3)
+    rows = list(dr.dataloader(["row", "label"], inputs={"manifest": str(tmp_path / "train" / "*" / "*.png")}, batch_size=6))[0]
+    assert [Path(p).parent.name for p in rows["row"]["path"]] == ["blue"] * 3 + ["red"] * 3  # sorted paths
+    assert rows["label"].tolist() == [0, 0, 0, 1, 1, 1]
+    with pytest.raises(fd.NodeError, match=r"node 'row' .*failed: ValueError: .*empty: no files found with a suffix in"):
+        (tmp_path / "empty").mkdir()
+        dr.execute(["label_vocab"], inputs={"manifest": str(tmp_path / "empty")})
