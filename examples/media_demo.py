@@ -79,7 +79,8 @@ def make_audio(folder: Path, n: int, seed: int) -> tuple[str, str]:
         else:  # a rising chirp
             f0, f1 = rng.uniform(200, 500), rng.uniform(3000, 5000)
             wave = np.sin(2 * math.pi * (f0 * t + (f1 - f0) * t**2 / (2 * t[-1])))
-        wave = rng.uniform(0.1, 0.5) * wave / np.abs(wave).max() + rng.normal(0, 0.02, t.size)
+        # loud noise (SNR of a few dB) so that the task is not trivial
+        wave = rng.uniform(0.1, 0.5) * wave / np.abs(wave).max() + rng.normal(0, 0.1, t.size)
         name = f"{i:05d}_{label}.wav"
         sf.write(folder / name, wave.astype(np.float32), rate, subtype="PCM_16")
         rows.append((name, label))
@@ -93,12 +94,12 @@ def make_images(folder: Path, n: int, seed: int) -> tuple[str, str]:
     rows = []
     for i in range(n):
         label = IMAGE_CLASSES[i % len(IMAGE_CLASSES)]
-        background = rng.integers(0, 80, (48, 48, 3), dtype=np.uint8)
+        background = rng.integers(0, 150, (48, 48, 3), dtype=np.uint8)  # busy, so shapes are not trivial
         img = Image.fromarray(background)
         draw = ImageDraw.Draw(img)
-        r = rng.uniform(9, 16)
+        r = rng.uniform(6, 14)
         cx, cy = rng.uniform(r + 2, 46 - r, 2)
-        colour = tuple(int(c) for c in rng.integers(120, 256, 3))
+        colour = tuple(int(c) for c in rng.integers(60, 256, 3))
         if label == "circle":
             draw.ellipse((cx - r, cy - r, cx + r, cy + r), fill=colour)
         elif label == "square":
