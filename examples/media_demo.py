@@ -150,8 +150,11 @@ def train_and_evaluate(
     epochs: int,
     workers: int,
     batch_size: int,
+    val_inputs: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """Statistics pass, ``epochs`` of training, then validation accuracy."""
+    """Statistics pass, ``epochs`` of training, then validation accuracy (``val_inputs``
+    added to the validation loader's inputs)."""
+    val_inputs = val_inputs or {}
     print(f"\n== {title}: statistics pass over {train_csv}")
     start = time.perf_counter()
     train = dr.dataloader(
@@ -164,7 +167,7 @@ def train_and_evaluate(
     # Validation uses the training statistics: inputs named like nodes replace them.
     val = dr.dataloader(
         [x_name, "label"],
-        inputs={"manifest": val_csv, **train.stats},
+        inputs={"manifest": val_csv, **train.stats, **val_inputs},
         batch_size=128, num_workers=workers,
     )
     torch.manual_seed(0)
@@ -219,7 +222,9 @@ def main(argv: list[str] | None = None) -> int:
         common = {"epochs": args.epochs, "workers": args.workers, "batch_size": args.batch_size}
         results = [
             train_and_evaluate("audio", audio_dr, "features", *audio_csv, audio_model, **common),
-            train_and_evaluate("image", image_dr, "pixels", *image_csv, image_model, **common),
+            # augmentation is for training: the validation loader turns it off by input
+            train_and_evaluate("image", image_dr, "pixels", *image_csv, image_model, **common,
+                               val_inputs={"augment": False}),
         ]
         for name, dr in (("audio", audio_dr), ("image", image_dr)):
             try:

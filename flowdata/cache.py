@@ -23,6 +23,7 @@ the log and the pass is recomputed — a cache entry is never trusted blindly.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import inspect
 import io
@@ -73,7 +74,7 @@ def _feed(h: Any, value: Any) -> None:
         h.update(b")")
     elif hasattr(value, "dtype") and hasattr(value, "shape") and hasattr(value, "tobytes"):
         h.update(f"array:{value.dtype}:{tuple(value.shape)}:".encode() + value.tobytes())
-    elif hasattr(value, "named_modules") and hasattr(value, "state_dict"):
+    elif hasattr(value, "named_modules") and hasattr(value, "state_dict") and not isinstance(value, type):
         _feed_module(h, value)
     elif type(value).__module__.startswith("torch") and hasattr(value, "detach"):
         arr = value.detach().cpu()
@@ -86,24 +87,72 @@ def _feed(h: Any, value: Any) -> None:
         h.update(pickle.dumps(value, protocol=4))
 
 
+# torch's own bookkeeping in a module's __dict__: hooks, and the containers hashed apart
+_MODULE_INTERNALS = ("_parameters", "_buffers", "_modules", "_non_persistent_buffers_set")
+_visiting: set[int] = set()
+
+
 def _feed_module(h: Any, module: Any) -> None:
-    """A torch module by content: each submodule's class and public settings, then its
-    ``state_dict`` tensors. (Its pickle is no key: it differs between equal instances.)"""
-    h.update(b"module(")
-    for name, sub in module.named_modules():
-        h.update(f"{name}:{type(sub).__module__}.{type(sub).__qualname__}(".encode())
-        for key in sorted(vars(sub)):
-            setting = vars(sub)[key]
-            if key.startswith("_") or key == "training" or hasattr(setting, "named_modules"):
-                continue
-            _feed(h, key)
-            if callable(setting):
-                h.update(f"callable:{getattr(setting, '__module__', '')}.{getattr(setting, '__qualname__', repr(setting))};".encode())
-            else:
-                _feed(h, setting)
+    """A torch module by content: each submodule's class (and its source), training flag,
+    settings, parameters and buffers (persistent or not). Its pickle is no key: it differs
+    between equal instances."""
+    if id(module) in _visiting:  # a module that refers back to itself
+        h.update(b"module:cycle;")
+        return
+    _visiting.add(id(module))
+    try:
+        h.update(b"module(")
+        for name, sub in module.named_modules():
+            h.update(f"{name}:{_class_key(type(sub))}:{bool(sub.training)}(".encode())
+            for key in sorted(vars(sub)):
+                setting = vars(sub)[key]
+                if key in _MODULE_INTERNALS or "hook" in key or key == "training" or key.startswith("__"):
+                    continue
+                if hasattr(setting, "named_modules") and not isinstance(setting, type):
+                    continue  # a submodule: named_modules() visits it
+                _feed(h, key)
+                _feed_setting(h, setting)
+            for kind in ("_parameters", "_buffers"):
+                _feed(h, {k: v for k, v in vars(sub).get(kind, {}).items() if v is not None})
+            h.update(b")")
         h.update(b")")
-    _feed(h, dict(module.state_dict()))
-    h.update(b")")
+    finally:
+        _visiting.discard(id(module))
+
+
+def _class_key(cls: type) -> str:
+    """A class by name and, where it can be read, its source (an edited forward changes it)."""
+    try:
+        source = inspect.getsource(cls)
+    except (OSError, TypeError):
+        source = ""
+    return f"{cls.__module__}.{cls.__qualname__}:{hashlib.sha256(source.encode()).hexdigest()[:16]}"
+
+
+def _feed_setting(h: Any, setting: Any) -> None:
+    """A module attribute: classes and functions by their code, partials by their parts."""
+    if isinstance(setting, type):
+        h.update(f"class:{_class_key(setting)};".encode())
+    elif isinstance(setting, functools.partial):
+        h.update(b"partial(")
+        _feed_setting(h, setting.func)
+        _feed(h, list(setting.args))
+        _feed(h, dict(setting.keywords))
+        h.update(b")")
+    elif inspect.ismethod(setting):
+        h.update(b"method(")
+        _feed_setting(h, setting.__func__)
+        _feed(h, setting.__self__)
+        h.update(b")")
+    elif inspect.isfunction(setting):
+        code = setting.__code__
+        h.update(f"function:{setting.__module__}.{setting.__qualname__}:".encode() + code.co_code)
+        _feed(h, [c for c in code.co_consts if isinstance(c, (bool, int, float, str, bytes, type(None)))])
+        _feed(h, [cell.cell_contents for cell in setting.__closure__ or ()])
+    elif callable(setting) and type(setting).__module__ == "builtins":  # e.g. torch.hann_window
+        h.update(f"builtin:{getattr(setting, '__module__', '')}.{getattr(setting, '__qualname__', '')};".encode())
+    else:
+        _feed(h, setting)
 
 
 def fingerprint_items(items: Iterable[Any]) -> tuple[str, int]:

@@ -174,7 +174,9 @@ class Driver:
             close = difflib.get_close_matches(k, list(self.graph.inputs), n=1)
             hints.append(f"'{k}'" + (f" (did you mean '{close[0]}'?)" if close else ""))
         warnings.warn(
-            f"input{'s' if len(unread) > 1 else ''} {', '.join(hints)} not read by any node",
+            f"input{'s' if len(unread) > 1 else ''} {', '.join(hints)} not read by any node"
+            " (a switch read by @config.when chooses functions when the graph is built: give it to"
+            " Builder().with_config(), not inputs=)",
             UnreadInputWarning,
             stacklevel=stacklevel,
         )
@@ -477,7 +479,8 @@ class Driver:
             # earlier pass needs it, its inputs are not needed.
             source = self.graph.nodes[self.analysis.group_of[outputs[0]]]
             plan = make_plan(
-                self.graph, self.analysis, outputs, set(values) | {p.name for p in source.params}, allow_per_sample=True
+                self.graph, self.analysis, outputs, set(values) | {p.name for p in source.params},
+                self._replaced(inputs, None), allow_per_sample=True,
             )
             if len(plan.group(source.name).passes) > 1:
                 plan = None

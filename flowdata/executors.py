@@ -154,6 +154,8 @@ def _init_worker(parent: int) -> None:
     fires when the *thread* that started the worker ends, and pools start workers from
     whichever thread submits first.)
     """
+    for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
+        os.environ[var] = "1"  # for torch and numpy imported later (spawn, forkserver)
     torch = sys.modules.get("torch")
     if torch is not None:
         torch.set_num_threads(1)

@@ -43,11 +43,12 @@ def tree_rss(pid: int | None = None) -> int:
     total = 0
     for proc in [root, *root.children(recursive=True)]:
         try:
-            info = proc.memory_full_info()
-        except (psutil.NoSuchProcess, psutil.ZombieProcess):
+            try:
+                info = proc.memory_full_info()
+            except psutil.AccessDenied:
+                info = proc.memory_info()
+        except psutil.Error:
             continue  # a worker that ended between listing and reading
-        except psutil.AccessDenied:
-            info = proc.memory_info()
         total += int(getattr(info, "pss", info.rss))
     return total
 
@@ -82,6 +83,7 @@ class PeakMemory:
             self.sample()
 
     def __enter__(self) -> PeakMemory:
+        self.peak = 0
         self.sample()
         self._stop.clear()
         self._thread = threading.Thread(target=self._run, name="flowdata-peak-memory", daemon=True)

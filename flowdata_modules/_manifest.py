@@ -4,11 +4,16 @@ A manifest is either
 
 - a CSV file with columns ``path,label`` (other columns ignored), paths relative to the
   CSV's folder; or
-- a folder, or a glob pattern (``*``, ``?``, ``[``; ``**`` crosses folders), naming the
-  files directly: each file's label is the name of the folder that holds it
-  (``train/dog/001.wav`` -> ``dog``), as torchvision's ``ImageFolder`` does. A folder is
-  searched recursively for files with one of the module's ``suffixes``. Files come in
-  sorted path order, so sample indices are stable from run to run.
+- a folder: every file with one of the module's ``suffixes`` below it (symbolic links
+  followed, hidden files and folders left out), labelled by the **class folder** it is in,
+  the first folder under the root (``train/dog/001.wav`` and ``train/dog/x/002.wav`` ->
+  ``dog``), as torchvision's ``ImageFolder`` does; a file directly in the root has no
+  label and is an error;
+- a glob pattern (``*``, ``?``, ``[``; ``**`` crosses folders) that names no existing
+  file: the matching files with one of the ``suffixes``, each labelled by the folder that
+  holds it.
+
+Files come in sorted path order, each once, so sample indices are stable from run to run.
 """
 
 from __future__ import annotations
@@ -21,8 +26,11 @@ from collections.abc import Collection, Iterator
 
 def read_manifest(manifest: str, suffixes: Collection[str] = ()) -> Iterator[dict[str, str]]:
     """One ``{"path", "label"}`` row per sample, paths absolute."""
-    if os.path.isdir(manifest) or glob.has_magic(manifest):
-        yield from _listed(manifest, suffixes)
+    if os.path.isdir(manifest):
+        yield from _folder(manifest, suffixes)
+        return
+    if not os.path.exists(manifest) and glob.has_magic(manifest):  # "data[v2]/train.csv" is a CSV
+        yield from _pattern(manifest, suffixes)
         return
     folder = os.path.dirname(os.path.abspath(manifest))
     with open(manifest, newline="", encoding="utf-8-sig") as f:  # a BOM (Excel) is not part of "path"
@@ -37,19 +45,39 @@ def read_manifest(manifest: str, suffixes: Collection[str] = ()) -> Iterator[dic
             yield {"path": os.path.join(folder, line["path"]), "label": line["label"]}
 
 
-def _listed(manifest: str, suffixes: Collection[str]) -> Iterator[dict[str, str]]:
-    if os.path.isdir(manifest):
-        paths = (
-            os.path.join(root, name)
-            for root, _, names in os.walk(manifest)
-            for name in names
-            if os.path.splitext(name)[1].lower() in suffixes
-        )
-    else:
-        paths = (p for p in glob.iglob(manifest, recursive=True) if os.path.isfile(p))
-    found = sorted(os.path.abspath(p) for p in paths)
+def _folder(root: str, suffixes: Collection[str]) -> Iterator[dict[str, str]]:
+    found = []
+    for folder, dirs, names in os.walk(root, followlinks=True):
+        dirs[:] = [d for d in dirs if not d.startswith(".")]
+        found += [os.path.join(folder, n) for n in names if not n.startswith(".") and _wanted(n, suffixes)]
     if not found:
-        wanted = f" with a suffix in {', '.join(sorted(suffixes))}" if os.path.isdir(manifest) else ""
-        raise ValueError(f"{manifest}: no files found{wanted}")
+        raise ValueError(_nothing(root, suffixes))
+    loose = sorted(p for p in found if os.path.dirname(p) == root.rstrip(os.sep) or os.path.dirname(p) == root)
+    if loose:
+        raise ValueError(
+            f"{root}: {len(loose)} file(s) directly in the folder have no label, e.g. {loose[0]}\n"
+            "  fix: put every file in a class folder (root/<label>/...), or list them in a path,label CSV"
+        )
+    for path in sorted(os.path.abspath(p) for p in found):
+        label = os.path.relpath(path, os.path.abspath(root)).split(os.sep)[0]
+        yield {"path": path, "label": label}
+
+
+def _pattern(pattern: str, suffixes: Collection[str]) -> Iterator[dict[str, str]]:
+    found = sorted({os.path.abspath(p) for p in glob.iglob(pattern, recursive=True)
+                    if os.path.isfile(p) and _wanted(p, suffixes)})
+    if not found:
+        raise ValueError(_nothing(pattern, suffixes))
     for path in found:
         yield {"path": path, "label": os.path.basename(os.path.dirname(path))}
+
+
+def _wanted(name: str, suffixes: Collection[str]) -> bool:
+    return os.path.splitext(name)[1].lower() in suffixes
+
+
+def _nothing(where: str, suffixes: Collection[str]) -> str:
+    return (
+        f"{where}: no files found with a suffix in {', '.join(sorted(suffixes))}\n"
+        "  fix: check the folder or pattern, or list the files in a path,label CSV"
+    )

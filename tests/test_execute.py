@@ -580,10 +580,10 @@ def _worker_pid(_: int) -> int:
 
 
 def _alive(pid: int) -> bool:
+    psutil = pytest.importorskip("psutil")
     try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().split(") ")[1][0] != "Z"
-    except FileNotFoundError:
+        return bool(psutil.Process(pid).status() != psutil.STATUS_ZOMBIE)
+    except psutil.NoSuchProcess:
         return False
 
 
@@ -623,3 +623,17 @@ def test_forked_workers_run_torch_after_the_parent_used_its_threads(tmp_path: Pa
         pytest.fail("forked workers hung running torch after the parent had used its thread pool")
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["40"]
+
+
+def _torch_threads(_: int) -> int:
+    import torch
+
+    return int(torch.get_num_threads())
+
+
+@pytest.mark.parametrize("method", ["fork", "spawn"])
+def test_pool_workers_compute_with_one_torch_thread(method: str) -> None:
+    """N workers with N threads each would oversubscribe the CPUs; spawned workers import torch late."""
+    pytest.importorskip("torch")
+    with fd.ProcessExecutor(num_workers=2, start_method=method) as ex:
+        assert set(ex.map(_torch_threads, range(4))) == {1}

@@ -439,5 +439,6 @@ def test_an_input_named_like_a_node_prunes_what_only_it_needed(build: Callable[.
     assert dict(loader.stats) == {}
     assert torch.cat([b["scaled"] for b in loader]).tolist() == [0.0, 0.5, 1.0, 1.5, 2.0, 2.5]
     assert dr.run_sample(["scaled"], inputs={"n": 6, "scale": 2.0}, index=3)["scaled"] == 6.0
+    assert dr.run_sample(["scaled"], inputs={"scale": 2.0}, item=4)["scaled"] == 8.0
     assert len(dr.plan(["scaled"], inputs=["n", "scale"]).group("row").passes) == 1
     assert len(dr.plan(["scaled"], inputs=["n"]).group("row").passes) == 2

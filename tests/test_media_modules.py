@@ -146,6 +146,26 @@ def test_a_folder_or_glob_is_a_manifest_labelled_by_folder(tmp_path: Path) -> No
     rows = list(dr.dataloader(["row", "label"], inputs={"manifest": str(tmp_path / "train" / "*" / "*.png")}, batch_size=6))[0]
     assert [Path(p).parent.name for p in rows["row"]["path"]] == ["blue"] * 3 + ["red"] * 3  # sorted paths
     assert rows["label"].tolist() == [0, 0, 0, 1, 1, 1]
-    with pytest.raises(fd.NodeError, match=r"node 'row' .*failed: ValueError: .*empty: no files found with a suffix in"):
+    # the class folder is the first folder under the root; a pattern lists only image files
+    (tmp_path / "train" / "red" / "more").mkdir()
+    Image.fromarray(np.zeros((12, 12, 3), np.uint8)).save(tmp_path / "train" / "red" / "more" / "deep.png")
+    (tmp_path / "train" / "blue" / ".hidden.png").write_bytes(b"editor litter, left out")
+    again = dr.execute(["label_vocab"], inputs={"manifest": str(tmp_path / "train")})["label_vocab"]
+    assert again.tokens == ("red", "blue") and again.counts == (4, 3)
+    pattern = dr.execute(["label_vocab"], inputs={"manifest": str(tmp_path / "train" / "red" / "*")})["label_vocab"]
+    assert pattern.counts == (3,)  # notes.txt is not an image
+    with pytest.raises(fd.NodeError, match=r"node 'row' .*failed: ValueError: .*empty: no files found with a suffix in .*-- fix: check the folder"):
         (tmp_path / "empty").mkdir()
         dr.execute(["label_vocab"], inputs={"manifest": str(tmp_path / "empty")})
+    Image.fromarray(np.zeros((12, 12, 3), np.uint8)).save(tmp_path / "train" / "loose.png")
+    with pytest.raises(fd.NodeError, match=r"1 file\(s\) directly in the folder have no label, e.g. .*loose.png -- fix: put every file in a class folder"):
+        dr.execute(["label_vocab"], inputs={"manifest": str(tmp_path / "train")})
+
+
+def test_a_csv_whose_path_looks_like_a_pattern_is_read_as_a_csv(shapes: str, tmp_path: Path) -> None:
+    odd = tmp_path / "data[v2]"
+    odd.mkdir()
+    csv_path = odd / "train.csv"
+    csv_path.write_text(Path(shapes).read_text().replace("img", str(Path(shapes).parent / "img")))
+    dr = fd.Builder().with_modules(image).with_config({"image_size": 8}).build()
+    assert dr.execute(["label_vocab"], inputs={"manifest": str(csv_path)})["label_vocab"].counts == (10, 10)

@@ -44,14 +44,27 @@ def test_peak_memory_counts_the_workers(tmp_path: Path) -> None:
     assert left < 100 * 2**20  # and left with it
 
 
-def test_ten_thousand_clips_stay_under_one_and_a_half_gigabytes(tmp_path: Path) -> None:
-    """Pass 1 (statistics) and one epoch, batch 32, two workers; peak of the process tree."""
-    pytest.importorskip("psutil")
+def _peak(folder: Path, clips: int) -> dict[str, float]:
     done = subprocess.run(
-        [sys.executable, str(CHILD), str(tmp_path / "clips"), "10000", "flowdata", "--workers", "2"],
+        [sys.executable, str(CHILD), str(folder), str(clips), "flowdata", "--workers", "2"],
         capture_output=True, text=True, timeout=900,
     )
     assert done.returncode == 0, done.stderr[-3000:]
-    result = json.loads(done.stdout.splitlines()[-1])
-    assert result["delivered"] == 10000
-    assert result["peak_mb"] < 1536, result
+    result: dict[str, float] = json.loads(done.stdout.splitlines()[-1])
+    assert result["delivered"] == clips
+    return result
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the bound is on PSS, which Linux reports")
+def test_ten_thousand_clips_stay_under_one_and_a_half_gigabytes(tmp_path: Path) -> None:
+    """Pass 1 (statistics) and one epoch, batch 32, two workers; peak of the process tree.
+
+    The absolute bound is the issue's; the growth from 1,000 clips is what tells streaming
+    from eager loading (an eager pipeline grows by ~1.4 GB here: 10,000 waveforms and
+    spectrograms).
+    """
+    pytest.importorskip("psutil")
+    small = _peak(tmp_path / "small", 1000)
+    big = _peak(tmp_path / "big", 10000)
+    assert big["peak_mb"] < 1536, big
+    assert big["peak_mb"] - small["peak_mb"] < 150, (small, big)

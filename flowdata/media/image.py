@@ -39,9 +39,10 @@ def _open(path: str) -> Any:
                 "re-export or remove the file",
             ) from exc
         raise MediaError(path, "is not an image PIL can read (unknown format)", "convert it to PNG, JPEG or TIFF") from exc
-    except PermissionError as exc:
-        raise MediaError(path, f"cannot be opened ({exc})") from exc
-    except OSError as exc:  # e.g. a JPEG cut inside its header: "Truncated File Read"
+    except OSError as exc:
+        if exc.errno is not None:  # the system refused (permissions, I/O, too many open files)
+            raise MediaError(path, f"cannot be opened ({exc})", "check the file's permissions and the disk") from exc
+        # PIL's own OSError, e.g. a JPEG cut inside its header: "Truncated File Read"
         raise MediaError(
             path, f"cannot be decoded, truncated or corrupt ({exc})", "re-export or remove the file",
         ) from exc
