@@ -111,31 +111,32 @@ def make_images(folder: Path, n: int, seed: int) -> tuple[str, str]:
             draw.rectangle((cx - r, cy - w, cx + r, cy + w), fill=colour)
             draw.rectangle((cx - w, cy - r, cx + w, cy + r), fill=colour)
         name = f"{i:05d}_{label}." + ("jpg" if i % 3 == 0 else "png")
-        img.save(folder / name, quality=90) if name.endswith("jpg") else img.save(folder / name)
+        if name.endswith("jpg"):
+            img.save(folder / name, quality=90)
+        else:
+            img.save(folder / name)
         rows.append((name, label))
     return write_manifests(folder, rows)
 
 
 # --------------------------------------------------------------------------- models
+def small_cnn(in_channels: int, n_classes: int) -> nn.Module:
+    """Three conv blocks and a linear head over ``[in_channels, H, W]`` inputs."""
+    layers: list[nn.Module] = []
+    for c_in, c_out in ((in_channels, 16), (16, 32), (32, 32)):
+        layers += [nn.Conv2d(c_in, c_out, 3, padding=1), nn.BatchNorm2d(c_out), nn.ReLU(), nn.MaxPool2d(2)]
+    layers[-1] = nn.AdaptiveAvgPool2d(1)  # the last block pools to one value per channel
+    return nn.Sequential(*layers, nn.Flatten(), nn.Linear(32, n_classes))
+
+
 def audio_model(n_classes: int) -> nn.Module:
-    """A small CNN over ``[n_mels, frames]`` log-mel features."""
-    return nn.Sequential(
-        nn.Unflatten(1, (1, -1)),
-        nn.Conv2d(1, 16, 3, padding=1), nn.BatchNorm2d(16), nn.ReLU(), nn.MaxPool2d(2),
-        nn.Conv2d(16, 32, 3, padding=1), nn.BatchNorm2d(32), nn.ReLU(), nn.MaxPool2d(2),
-        nn.Conv2d(32, 32, 3, padding=1), nn.BatchNorm2d(32), nn.ReLU(), nn.AdaptiveAvgPool2d(1),
-        nn.Flatten(), nn.Linear(32, n_classes),
-    )
+    """A small CNN over ``[n_mels, frames]`` log-mel features (one input channel)."""
+    return nn.Sequential(nn.Unflatten(1, (1, -1)), small_cnn(1, n_classes))
 
 
 def image_model(n_classes: int) -> nn.Module:
     """A small CNN over ``[3, 32, 32]`` pixels."""
-    return nn.Sequential(
-        nn.Conv2d(3, 16, 3, padding=1), nn.BatchNorm2d(16), nn.ReLU(), nn.MaxPool2d(2),
-        nn.Conv2d(16, 32, 3, padding=1), nn.BatchNorm2d(32), nn.ReLU(), nn.MaxPool2d(2),
-        nn.Conv2d(32, 32, 3, padding=1), nn.BatchNorm2d(32), nn.ReLU(), nn.AdaptiveAvgPool2d(1),
-        nn.Flatten(), nn.Linear(32, n_classes),
-    )
+    return small_cnn(3, n_classes)
 
 
 # --------------------------------------------------------------------------- training

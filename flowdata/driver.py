@@ -159,7 +159,7 @@ class Driver:
         # Config entries are inputs too, as in Hamilton.
         return {**self.config, **(inputs or {}), **(overrides or {})}
 
-    def _replaced(self, inputs: Mapping[str, Any] | None, overrides: Mapping[str, Any] | None) -> tuple[str, ...]:
+    def _replaced(self, inputs: Iterable[str] | None, overrides: Iterable[str] | None) -> tuple[str, ...]:
         """Nodes whose values the caller gives: overrides, and inputs named like a node
         (an input named like a node replaces that node, and whatever only it needed)."""
         return tuple(dict.fromkeys([*(overrides or ()), *(k for k in inputs or () if k in self.graph.nodes)]))
@@ -193,10 +193,8 @@ class Driver:
         Inputs are not required: a plan shows every input the call would read. Inputs
         named like a node replace it, as in ``execute()`` and ``dataloader()``.
         """
-        given = list(inputs or ())
-        names = set(self.config) | set(given) | set(overrides or ())
-        replaced = tuple(dict.fromkeys([*(overrides or ()), *(k for k in given if k in self.graph.nodes)]))
-        return make_plan(self.graph, self.analysis, outputs, names, replaced, check_inputs=False)
+        names = set(self.config) | set(inputs or ()) | set(overrides or ())
+        return make_plan(self.graph, self.analysis, outputs, names, self._replaced(inputs, overrides), check_inputs=False)
 
     @_public
     def execute(
@@ -281,8 +279,8 @@ class Driver:
             raise InputError(f"on_error={on_error!r}: expected 'raise' or 'skip'")
         values = self._values(inputs, None)
         self._warn_unread(inputs or {}, stacklevel=5)
-        plan = make_plan(self.graph, self.analysis, outputs, set(values), self._replaced(inputs, None),
-                         allow_per_sample=True)
+        replaced = self._replaced(inputs, None)
+        plan = make_plan(self.graph, self.analysis, outputs, set(values), replaced, allow_per_sample=True)
         whole_outputs = [o for o in outputs if not self.analysis.per_sample(o)]
         if whole_outputs or not outputs:
             raise InputError(
@@ -323,7 +321,7 @@ class Driver:
                 close()
         # Collect results given by name (e.g. a validation loader fed the training
         # statistics) are part of what the loader was built with.
-        given = {n: values[n] for n in self._replaced(inputs, None) if self.analysis.roles.get(n) is Role.COLLECT}
+        given = {n: values[n] for n in replaced if self.analysis.roles.get(n) is Role.COLLECT}
         return dataset, indices, {**given, **stats}, report
 
     @_public

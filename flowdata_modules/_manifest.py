@@ -46,21 +46,22 @@ def read_manifest(manifest: str, suffixes: Collection[str] = ()) -> Iterator[dic
 
 
 def _folder(root: str, suffixes: Collection[str]) -> Iterator[dict[str, str]]:
-    found = []
-    for folder, dirs, names in os.walk(root, followlinks=True):
+    top = os.path.abspath(root)
+    found: list[str] = []
+    loose: list[str] = []
+    for folder, dirs, names in os.walk(top, followlinks=True):
         dirs[:] = [d for d in dirs if not d.startswith(".")]
-        found += [os.path.join(folder, n) for n in names if not n.startswith(".") and _wanted(n, suffixes)]
-    if not found:
-        raise ValueError(_nothing(root, suffixes))
-    loose = sorted(p for p in found if os.path.dirname(p) == root.rstrip(os.sep) or os.path.dirname(p) == root)
+        files = [os.path.join(folder, n) for n in names if not n.startswith(".") and _wanted(n, suffixes)]
+        (loose if folder == top else found).extend(files)
     if loose:
         raise ValueError(
-            f"{root}: {len(loose)} file(s) directly in the folder have no label, e.g. {loose[0]}\n"
+            f"{root}: {len(loose)} file(s) directly in the folder have no label, e.g. {min(loose)}\n"
             "  fix: put every file in a class folder (root/<label>/...), or list them in a path,label CSV"
         )
-    for path in sorted(os.path.abspath(p) for p in found):
-        label = os.path.relpath(path, os.path.abspath(root)).split(os.sep)[0]
-        yield {"path": path, "label": label}
+    if not found:
+        raise ValueError(_nothing(root, suffixes))
+    for path in sorted(found):
+        yield {"path": path, "label": os.path.relpath(path, top).split(os.sep)[0]}
 
 
 def _pattern(pattern: str, suffixes: Collection[str]) -> Iterator[dict[str, str]]:

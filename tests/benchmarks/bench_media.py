@@ -41,7 +41,6 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -134,9 +133,8 @@ def epoch_seconds(loader: Any, epoch: int) -> tuple[float, int]:
     return time.perf_counter() - t0, n
 
 
-def race(make: dict[str, Callable[[], Any]], repeats: int) -> dict[str, float]:
+def race(loaders: dict[str, Any], repeats: int) -> dict[str, float]:
     """Best samples/s of each contender over interleaved epochs (after one untimed each)."""
-    loaders = {name: build() for name, build in make.items()}
     best = {name: 0.0 for name in loaders}
     for name, loader in loaders.items():
         epoch_seconds(loader, 0)
@@ -145,8 +143,6 @@ def race(make: dict[str, Callable[[], Any]], repeats: int) -> dict[str, float]:
         for name in names if r % 2 == 0 else names[::-1]:
             seconds, n = epoch_seconds(loaders[name], r + 1)
             best[name] = max(best[name], n / seconds)
-    for loader in loaders.values():
-        del loader
     return best
 
 
@@ -172,11 +168,7 @@ def throughput(kind: str, manifest: Path, workers: int, repeats: int) -> dict[st
         dataset: Any = HandImages(rows, lookup, stats.mean, stats.std, 32)
     else:
         dataset = HandAudio(rows, lookup, stats.mean, stats.std)
-    hand_kw = {k: v for k, v in common.items()}
-    return race({
-        "flowdata": lambda: flow,
-        "hand-written": lambda: torch.utils.data.DataLoader(dataset, **hand_kw),
-    }, repeats)
+    return race({"flowdata": flow, "hand-written": torch.utils.data.DataLoader(dataset, **common)}, repeats)
 
 
 def write_image_manifest(folder: Path, n: int) -> Path:
