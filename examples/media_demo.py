@@ -188,7 +188,7 @@ def train_and_evaluate(
             total_loss += loss.item() * len(batch["label"])
             seen += len(batch["label"])
         train_s += time.perf_counter() - start
-        print(f"   epoch {epoch + 1}/{epochs}: loss {total_loss / len(train.dataset):.3f}")
+        print(f"   epoch {epoch + 1}/{epochs}: loss {total_loss / len(train.flow_dataset):.3f}")
     model.eval()
     correct = count = 0
     with torch.no_grad():
@@ -198,7 +198,7 @@ def train_and_evaluate(
     accuracy = correct / count
     print(f"   validation accuracy {accuracy:.3f} on {count} samples (chance {1 / len(vocab):.2f})")
     return {"title": title, "accuracy": accuracy, "chance": 1 / len(vocab), "samples_per_s": seen / train_s,
-            "stats_s": stats_s, "val": count, "train": len(train.dataset)}
+            "stats_s": stats_s, "val": count, "train": len(train.flow_dataset)}
 
 
 def main(argv: list[str] | None = None) -> int:

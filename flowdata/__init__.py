@@ -11,7 +11,7 @@ Write plain functions; parameter names name upstream nodes, annotations are type
 
 from flowdata.driver import Builder, Driver
 from flowdata.errors import FlowdataError, GraphError, GraphProblem, InputError, MediaError, NodeError, SampleError
-from flowdata.executors import Executor, InlineExecutor, ProcessExecutor
+from flowdata.run.executors import Executor, InlineExecutor, ProcessExecutor
 from flowdata.plan import Plan
 from flowdata.reduce import reduce
 from flowdata.report import Report, Skip, TooManySkipped

@@ -189,6 +189,12 @@ def _read(tp: Any) -> tuple[MarkerKind | None, Any]:
     return kind, inner
 
 
+def _is_hamilton_collect(tp: Any) -> bool:
+    from hamilton import htypes
+
+    return get_origin(tp) is htypes.Collect
+
+
 def _to_node(hn: Any, fn: Callable[..., Any]) -> tuple[Node, list[GraphProblem]]:
     origin = (hn.originating_functions or (fn,))[0]
     file, line = function_location(origin)
@@ -212,6 +218,7 @@ def _to_node(hn: Any, fn: Callable[..., Any]) -> tuple[Node, list[GraphProblem]]
                 type=inner,
                 collect=pkind == "collect",
                 default=defaults.get(pname, NO_DEFAULT),
+                as_list=pkind == "collect" and _is_hamilton_collect(ptype),
             )
         )
     callable_ = hn.callable

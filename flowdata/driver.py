@@ -11,24 +11,22 @@ import warnings
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType, ModuleType
-from typing import Any, ParamSpec, TypeVar
+from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
-from flowdata.cache import PassCache
 from flowdata.discover import Program, discover, import_file, program_of
-from flowdata.errors import FlowdataError, GraphError, GraphProblem, InputError
-from flowdata.execute import Run
-from flowdata.executors import resolve_executor
+from flowdata.errors import FlowdataError, GraphError, GraphProblem, InputError, UnreadInputWarning
 from flowdata.graph import Graph
 from flowdata.node import Node, Role
 from flowdata.plan import Analysis, Plan, analyze, make_plan
 from flowdata.report import Report
+from flowdata.run import scheduler
+from flowdata.run.passes import on_error_mode
 from flowdata.typecheck import check_edges, check_reductions
 
+if TYPE_CHECKING:
+    from flowdata.loader import DataLoader, PassDataset, StreamDataset
+
 __all__ = ["Builder", "Driver", "UnreadInputWarning", "compile_modules", "load_module"]
-
-
-class UnreadInputWarning(UserWarning):
-    """An ``inputs=`` key that no node reads (often a typo: the default was used instead)."""
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -234,95 +232,18 @@ class Driver:
             SampleError: a per-sample node raised.
             NodeError: a once or Collect node raised.
         """
-        if on_error not in ("raise", "skip"):
-            raise InputError(f"on_error={on_error!r}: expected 'raise' or 'skip'")
+        mode = on_error_mode(on_error)
         values = self._values(inputs, overrides)
         self._warn_unread(inputs or {})
         plan = make_plan(self.graph, self.analysis, outputs, set(values), self._replaced(inputs, overrides),
                          allow_per_sample=False)
-        ex, owned = resolve_executor(executor)
-        try:
-            cache = PassCache(cache_dir) if cache_dir is not None else None
-            if report is None:
-                report = Report()
-            report.max_skipped = max_skipped
-            run = Run(self.graph, self.analysis, self.program, plan, values, ex, chunk_size, cache, on_error, report)
-            return {o: run.value(o) for o in plan.outputs}
-        finally:
-            if owned:
-                close = getattr(ex, "close", None)
-                if close is not None:
-                    close()
-
-    def _loader_parts(
-        self,
-        outputs: Iterable[str],
-        inputs: Mapping[str, Any] | None,
-        *,
-        num_workers: int,
-        seed: int,
-        on_error: str,
-        max_skipped: int | float | None,
-        cache_dir: str | os.PathLike[str] | None,
-        collate_fn: Callable[[list[dict[str, Any]]], Any] | None,
-        progress: bool,
-        multiprocessing_context: Any,
-        streaming: bool = False,
-        options: Mapping[str, Any] | None = None,
-    ) -> tuple[Any, list[int], dict[str, Any], Report]:
-        from flowdata.executors import InlineExecutor, ProcessExecutor
-        from flowdata.loader import prepare
-        from flowdata.streaming import prepare_stream
-
-        outputs = tuple(outputs)
-        if on_error not in ("raise", "skip"):
-            raise InputError(f"on_error={on_error!r}: expected 'raise' or 'skip'")
-        values = self._values(inputs, None)
-        self._warn_unread(inputs or {}, stacklevel=5)
-        replaced = self._replaced(inputs, None)
-        plan = make_plan(self.graph, self.analysis, outputs, set(values), replaced, allow_per_sample=True)
-        whole_outputs = [o for o in outputs if not self.analysis.per_sample(o)]
-        if whole_outputs or not outputs:
-            raise InputError(
-                "dataloader() yields per-sample values, but "
-                + (f"{', '.join(repr(o) for o in whole_outputs)} {'is a whole value' if len(whole_outputs) == 1 else 'are whole values'}" if whole_outputs else "no output was asked for")
-                + "\n  fix: ask for per-sample nodes of one group; compute whole values with execute()"
-            )
-        group = plan.group(self.analysis.group_of[outputs[0]])
-        if self.analysis.closes.get(group.source):
-            raise InputError(
-                f"source '{group.source}' collects another group; the training iterator does not "
-                "run such chained groups yet\n  fix: execute() the chain into a list and return it from a source"
-            )
-        pass_ = next(p for p in group.passes if p.outputs)
-        report = Report(max_skipped=max_skipped)
-        executor: Any = InlineExecutor()
-        if num_workers > 0:
-            method = getattr(multiprocessing_context, "get_start_method", lambda: multiprocessing_context)()
-            executor = ProcessExecutor(num_workers, start_method=method)
-        try:
-            run = Run(self.graph, self.analysis, self.program, plan, values, executor,
-                      cache=PassCache(cache_dir) if cache_dir is not None else None, on_error=on_error, report=report)
-            dataset: Any
-            if streaming or group.kind == "sequential":
-                dataset, indices, stats = prepare_stream(
-                    run, group, pass_, outputs, seed=seed, skip=on_error == "skip",
-                    collate_fn=collate_fn, **(options or {}),
-                )
-            else:
-                dataset, indices, stats = prepare(
-                    run, group, pass_, outputs,
-                    cache_dir=os.fspath(cache_dir) if cache_dir is not None else None,
-                    seed=seed, skip=on_error == "skip", collate_fn=collate_fn, progress=progress,
-                )
-        finally:
-            close = getattr(executor, "close", None)
-            if close is not None:
-                close()
-        # Collect results given by name (e.g. a validation loader fed the training
-        # statistics) are part of what the loader was built with.
-        given = {n: values[n] for n in replaced if self.analysis.roles.get(n) is Role.COLLECT}
-        return dataset, indices, {**given, **stats}, report
+        if report is None:
+            report = Report()
+        report.max_skipped = max_skipped
+        return scheduler.execute(
+            self.graph, self.analysis, self.program, plan, values, executor=executor, chunk_size=chunk_size,
+            cache_dir=os.fspath(cache_dir) if cache_dir is not None else None, on_error=mode, report=report,
+        )
 
     @_public
     def dataset(
@@ -333,14 +254,13 @@ class Driver:
         seed: int = 0,
         on_error: str = "raise",
         cache_dir: str | os.PathLike[str] | None = None,
-    ) -> Any:
+    ) -> PassDataset | StreamDataset:
         """The torch ``Dataset`` under ``dataloader()``: ``dataset[i]`` is sample ``i``'s
         outputs (statistics of earlier passes computed first, inline)."""
-        dataset, _, _, _ = self._loader_parts(
-            outputs, inputs, num_workers=0, seed=seed, on_error=on_error, max_skipped=None,
-            cache_dir=cache_dir, collate_fn=None, progress=False, multiprocessing_context=None,
-        )
-        return dataset
+        from flowdata.loader.build import LoaderOptions, build_dataset
+
+        options = LoaderOptions(seed=seed, on_error=on_error, cache_dir=cache_dir)
+        return build_dataset(self, tuple(outputs), inputs, options)[0]
 
     @_public
     def dataloader(
@@ -367,7 +287,8 @@ class Driver:
         streaming: bool = False,
         shuffle_buffer: int = 1024,
         worker_init_fn: Callable[[int], None] | None = None,
-    ) -> Any:
+        executor: object = None,
+    ) -> DataLoader:
         """A ``flowdata.DataLoader`` (a ``torch.utils.data.DataLoader``) over per-sample outputs.
 
         The statistics the outputs need (Collect results of earlier passes) are computed
@@ -375,29 +296,21 @@ class Driver:
         batch is computed in a DataLoader worker, column by column, and arrives as a dict
         keyed by output name. A ``Sequential`` group, or ``streaming=True``, streams the
         source in every worker instead of indexing it (an ``IterableDataset`` sharded by item
-        position, with a ``shuffle_buffer``-item shuffle buffer). See docs/training.md.
+        position, with a ``shuffle_buffer``-item shuffle buffer). ``executor`` runs the
+        statistics pass (default: ``num_workers`` processes, or inline). See docs/training.md.
         """
-        from flowdata.loader import DataLoader, EpochBatches
+        from flowdata.loader.build import LoaderOptions, build_loader
 
         rank, world_size = _ranks(rank, world_size)
-        options: dict[str, Any] = dict(
-            batch_size=batch_size, drop_last=drop_last, shuffle=shuffle, shuffle_buffer=shuffle_buffer,
-            rank=rank, world_size=world_size,
+        options = LoaderOptions(
+            batch_size=batch_size, shuffle=shuffle, seed=seed, drop_last=drop_last, rank=rank, world_size=world_size,
+            streaming=streaming, shuffle_buffer=shuffle_buffer, on_error=on_error, max_skipped=max_skipped,
+            cache_dir=cache_dir, collate_fn=collate_fn, progress=progress, num_workers=num_workers,
+            multiprocessing_context=multiprocessing_context, executor=executor,
         )
-        dataset, indices, stats, report = self._loader_parts(
-            outputs, inputs, num_workers=num_workers, seed=seed, on_error=on_error, max_skipped=max_skipped,
-            cache_dir=cache_dir, collate_fn=collate_fn, progress=progress,
-            multiprocessing_context=multiprocessing_context, streaming=streaming, options=options,
-        )
-        sampler = None
-        if not hasattr(dataset, "batches"):  # map-style: the sampler in this process decides the order
-            sampler = EpochBatches(indices, batch_size, shuffle=shuffle, seed=seed, rank=rank,
-                                   world_size=world_size, drop_last=drop_last)
-        return DataLoader(
-            dataset, sampler, num_workers=num_workers, prefetch_factor=prefetch_factor, pin_memory=pin_memory,
-            persistent_workers=persistent_workers, multiprocessing_context=multiprocessing_context,
-            worker_init_fn=worker_init_fn, stats=stats, report=report, progress=progress, seed=seed,
-        )
+        return build_loader(self, tuple(outputs), inputs, options, prefetch_factor=prefetch_factor,
+                            pin_memory=pin_memory, persistent_workers=persistent_workers,
+                            worker_init_fn=worker_init_fn)
 
     @_public
     def visualize(
@@ -496,10 +409,8 @@ class Driver:
                 )
                 + "\n  fix: use execute() for once and Collect nodes"
             )
-        group = plan.group(self.analysis.group_of[outputs[0]])
-        pass_ = next(p for p in group.passes if p.outputs)
-        run = Run(self.graph, self.analysis, self.program, plan, values, resolve_executor(None)[0])
-        return run.sample(group, pass_, index, item, item is not _MISSING)
+        return scheduler.run_sample(self.graph, self.analysis, self.program, plan, values,
+                                    self.analysis.group_of[outputs[0]], index, item, item is not _MISSING)
 
 
 def _ranks(rank: int | None, world_size: int | None) -> tuple[int, int]:

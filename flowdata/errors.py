@@ -6,8 +6,12 @@
     ├── GraphError                the graph is wrong; holds every GraphProblem at once
     ├── InputError                a call asked for something the graph cannot give
     ├── MediaError                a file could not be decoded (names the path and why)
-    └── NodeError                 a once or Collect node raised; the user's error is chained
-        └── SampleError           a per-sample node raised for one sample
+    ├── NodeError                 a once or Collect node raised; the user's error is chained
+    │   └── SampleError           a per-sample node raised for one sample
+    ├── StatsError (ValueError)   a reducer received data it cannot fold
+    └── TooManySkipped            more samples skipped than ``max_skipped`` allows
+
+    UnreadInputWarning (UserWarning)  an ``inputs=`` key that no node reads
 
 Every message names the node, the function's ``file:line``, what was expected and what
 came, and a fix. The user's own exception is kept as ``__cause__`` with flowdata's frames
@@ -30,6 +34,9 @@ __all__ = [
     "InputError",
     "NodeError",
     "SampleError",
+    "StatsError",
+    "TooManySkipped",
+    "UnreadInputWarning",
     "short_repr",
 ]
 
@@ -199,6 +206,18 @@ class SampleError(NodeError):
 
 def _rebuild_sample_error(node: str, location: str, detail: str, fields: dict[str, Any]) -> SampleError:
     return SampleError(node, location, detail, **fields)
+
+
+class StatsError(FlowdataError, ValueError):
+    """A reducer received data it cannot fold (wrong shape, NaN under ``nan="raise"``)."""
+
+
+class TooManySkipped(FlowdataError):
+    """More samples were skipped than ``max_skipped`` allows."""
+
+
+class UnreadInputWarning(UserWarning):
+    """An ``inputs=`` key that no node reads (often a typo: the default was used instead)."""
 
 
 def short_repr(value: Any, limit: int = 120) -> str:

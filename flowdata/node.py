@@ -14,7 +14,7 @@ from types import MappingProxyType
 from typing import Any
 
 from flowdata.reduce import ReduceSpec
-from flowdata.types import MarkerKind
+from flowdata.types import MarkerKind, type_name
 
 __all__ = ["Node", "Param", "Role", "NO_DEFAULT"]
 
@@ -59,6 +59,8 @@ class Param:
         collect: Whether the parameter is ``Collect[...]``.
         default: The default value, or ``NO_DEFAULT``.
         positional: Whether it can be passed by position (used for fast calls).
+        as_list: For a Collect parameter: always hand it a ``list`` (Hamilton's own
+            ``Collect``), even where the function could read a stream.
     """
 
     name: str
@@ -66,6 +68,7 @@ class Param:
     collect: bool = False
     default: Any = NO_DEFAULT
     positional: bool = True
+    as_list: bool = False
 
     @property
     def optional(self) -> bool:
@@ -118,8 +121,6 @@ class Node:
     @property
     def signature(self) -> str:
         """A one-line ``name(a: T, ...) -> R`` for messages."""
-        from flowdata.typecheck import type_name
-
         ps = ", ".join(
             f"{p.name}: {'Collect[' + type_name(p.type) + ']' if p.collect else type_name(p.type)}"
             for p in self.params

@@ -24,7 +24,7 @@ from types import MappingProxyType
 from flowdata.errors import GraphProblem, InputError
 from flowdata.graph import BUILTINS, Graph
 from flowdata.node import Node, Role
-from flowdata.typecheck import type_name
+from flowdata.types import type_name
 
 __all__ = ["Analysis", "GroupPlan", "PassPlan", "Plan", "analyze", "make_plan", "pass_levels"]
 

@@ -10,13 +10,9 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
-from flowdata.errors import FlowdataError
+from flowdata.errors import TooManySkipped
 
 __all__ = ["Report", "Skip", "TooManySkipped"]
-
-
-class TooManySkipped(FlowdataError):
-    """More samples were skipped than ``max_skipped`` allows."""
 
 
 @dataclass(frozen=True)

@@ -19,13 +19,16 @@ type ``expected``?" the way a Python user expects, not the way a strict checker 
 from __future__ import annotations
 
 import collections.abc as cabc
-import types
 import typing
 from collections.abc import Callable
-from typing import Any, Literal, Union, get_args, get_origin
+from typing import Any, Literal, get_args, get_origin
 
 from flowdata.errors import GraphProblem
 from flowdata.graph import BUILTINS, Graph
+from flowdata.types import is_newtype as _is_newtype
+from flowdata.types import is_union as _is_union
+from flowdata.types import strip_annotated as _strip
+from flowdata.types import type_name
 
 __all__ = ["check_edges", "check_reductions", "collection_element", "compatible", "type_name"]
 
@@ -51,21 +54,6 @@ _ELEMENT_ORIGINS: tuple[type, ...] = (
     frozenset,
     tuple,
 )
-
-
-def _strip(tp: Any) -> Any:
-    """Removes ``Annotated`` layers."""
-    while get_origin(tp) is typing.Annotated:
-        tp = get_args(tp)[0]
-    return tp
-
-
-def _is_union(tp: Any) -> bool:
-    return get_origin(tp) in (Union, types.UnionType)
-
-
-def _is_newtype(tp: Any) -> bool:
-    return isinstance(tp, typing.NewType)
 
 
 def _normalize_none(tp: Any) -> Any:
@@ -166,41 +154,6 @@ def collection_element(tp: Any) -> Any | None:
     if tp in _ELEMENT_ORIGINS and tp is not tuple:
         return Any
     return None
-
-
-def type_name(tp: Any) -> str:
-    """A short readable name: ``list[int]``, ``int | None``, ``torch.Tensor``."""
-    tp = _strip(tp)
-    if tp is None or tp is type(None):
-        return "None"
-    if tp is Any:
-        return "Any"
-    if tp is Ellipsis:
-        return "..."
-    if _is_newtype(tp):
-        return str(tp.__name__)
-    if _is_union(tp):
-        return " | ".join(type_name(a) for a in get_args(tp))
-    origin = get_origin(tp)
-    if origin is Literal:
-        return f"Literal[{', '.join(repr(a) for a in get_args(tp))}]"
-    if origin is not None:
-        args = get_args(tp)
-        inner = ", ".join(
-            "[" + ", ".join(type_name(x) for x in a) + "]" if isinstance(a, list) else type_name(a)
-            for a in args
-        )
-        return f"{type_name(origin)}[{inner}]" if args else type_name(origin)
-    if isinstance(tp, type):
-        mod = tp.__module__
-        if mod in ("builtins",):
-            return tp.__qualname__
-        if mod.startswith("collections.abc") or mod == "typing":
-            return tp.__qualname__
-        return f"{mod.split('.')[0]}.{tp.__qualname__}"
-    if isinstance(tp, typing.TypeVar):
-        return tp.__name__
-    return str(tp).replace("typing.", "")
 
 
 def check_edges(graph: Graph, per_sample: Callable[[str], bool]) -> list[GraphProblem]:

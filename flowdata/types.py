@@ -12,10 +12,22 @@ metadata carries the marker for flowdata to read at run time.
 
 from __future__ import annotations
 
+import types
+import typing
 from collections.abc import Iterable
-from typing import Annotated, Any, Final, Literal, TypeAlias, TypeVar, get_args, get_origin
+from typing import Annotated, Any, Final, Literal, TypeAlias, TypeVar, Union, get_args, get_origin
 
-__all__ = ["Collect", "Parallel", "Sequential", "MarkerKind", "read_marker"]
+__all__ = [
+    "Collect",
+    "MarkerKind",
+    "Parallel",
+    "Sequential",
+    "is_newtype",
+    "is_union",
+    "read_marker",
+    "strip_annotated",
+    "type_name",
+]
 
 T = TypeVar("T")
 
@@ -71,3 +83,58 @@ def make_marker(kind: MarkerKind, element: Any) -> Any:
     """The marked type for ``kind`` around ``element`` (used to translate Hamilton's types)."""
     marker = {"parallel": _PARALLEL, "sequential": _SEQUENTIAL, "collect": _COLLECT}[kind]
     return Annotated[Iterable[element], marker]
+
+
+# --- reading types, for messages and the type checker ---------------------------------------
+
+
+def strip_annotated(tp: Any) -> Any:
+    """Removes ``Annotated`` layers."""
+    while get_origin(tp) is typing.Annotated:
+        tp = get_args(tp)[0]
+    return tp
+
+
+def is_union(tp: Any) -> bool:
+    """Whether ``tp`` is ``A | B`` or ``Union[A, B]``."""
+    return get_origin(tp) in (Union, types.UnionType)
+
+
+def is_newtype(tp: Any) -> bool:
+    """Whether ``tp`` was made by ``typing.NewType``."""
+    return isinstance(tp, typing.NewType)
+
+
+def type_name(tp: Any) -> str:
+    """A short readable name: ``list[int]``, ``int | None``, ``torch.Tensor``."""
+    tp = strip_annotated(tp)
+    if tp is None or tp is type(None):
+        return "None"
+    if tp is Any:
+        return "Any"
+    if tp is Ellipsis:
+        return "..."
+    if is_newtype(tp):
+        return str(tp.__name__)
+    if is_union(tp):
+        return " | ".join(type_name(a) for a in get_args(tp))
+    origin = get_origin(tp)
+    if origin is Literal:
+        return f"Literal[{', '.join(repr(a) for a in get_args(tp))}]"
+    if origin is not None:
+        args = get_args(tp)
+        inner = ", ".join(
+            "[" + ", ".join(type_name(x) for x in a) + "]" if isinstance(a, list) else type_name(a)
+            for a in args
+        )
+        return f"{type_name(origin)}[{inner}]" if args else type_name(origin)
+    if isinstance(tp, type):
+        mod = tp.__module__
+        if mod in ("builtins",):
+            return tp.__qualname__
+        if mod.startswith("collections.abc") or mod == "typing":
+            return tp.__qualname__
+        return f"{mod.split('.')[0]}.{tp.__qualname__}"
+    if isinstance(tp, typing.TypeVar):
+        return tp.__name__
+    return str(tp).replace("typing.", "")

@@ -30,7 +30,7 @@ from flowdata.graph import BUILTINS, Graph
 from flowdata.node import Role
 from flowdata.plan import Analysis, pass_levels
 from flowdata.report import Report
-from flowdata.typecheck import type_name
+from flowdata.types import type_name
 
 __all__ = ["to_dot", "to_mermaid"]
 

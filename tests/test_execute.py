@@ -16,7 +16,7 @@ from typing import Any, TypeVar
 import pytest
 
 import flowdata as fd
-from flowdata.chunk import worker_task
+from flowdata.run.worker import run_task
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -76,20 +76,21 @@ def test_each_node_only_in_the_pass_that_needs_it(make_module: Callable[[str], A
     assert m.CALLS == {"item": 20, "square": 20, "shifted": 20}
 
 
-def test_collect_receives_a_lazy_iterable_in_sample_order(build: Callable[..., fd.Driver]) -> None:
+def test_collect_receives_values_in_sample_order(build: Callable[..., fd.Driver]) -> None:
     dr = build("""
-    import collections.abc
     from flowdata import Parallel, Collect
     def item(n: int) -> Parallel[int]:
         yield from range(n)
     def label(item: int) -> str:
         return f"s{item}"
-    def seen(label: Collect[str]) -> tuple[bool, list[str]]:
-        lazy = isinstance(label, collections.abc.Iterator) and not isinstance(label, list)
-        return lazy, list(label)
+    def streamed(label: Collect[str]) -> list[str]:
+        return [x for x in label]  # consumed once, on the spot: a lazy stream
+    def listed(label: Collect[str]) -> list[str]:
+        return label  # kept: a list
     """)
-    lazy, labels = dr.execute(["seen"], inputs={"n": 2000}, executor="processes", chunk_size=7)["seen"]
-    assert lazy and labels == [f"s{i}" for i in range(2000)]
+    got = dr.execute(["streamed", "listed"], inputs={"n": 2000}, executor="processes", chunk_size=7)
+    assert got["streamed"] == got["listed"] == [f"s{i}" for i in range(2000)]
+    assert type(got["listed"]) is list
 
 
 def test_endless_sequential_stops_when_collect_stops(build: Callable[..., fd.Driver]) -> None:
@@ -374,10 +375,10 @@ class RecordingExecutor:
     def __init__(self) -> None:
         self.tasks = 0
 
-    def map(self, fn: Callable[[T], R], tasks: Iterable[T]) -> Iterator[R]:
+    def map(self, fn: Callable[[Any, T], R], tasks: Iterable[T], *, context: Any) -> Iterator[R]:
         for task in tasks:
             self.tasks += 1
-            yield fn(task)
+            yield fn(context, task)
 
 
 def test_executor_contract_and_chunking(make_module: Callable[[str], Any]) -> None:
@@ -393,7 +394,7 @@ def test_unknown_executor(build: Callable[..., fd.Driver]) -> None:
     dr = build("def a(x: int) -> int:\n    return x\n")
     with pytest.raises(fd.FlowdataError, match=r"unknown executor 'threads'"):
         dr.execute(["a"], inputs={"x": 1}, executor="threads")
-    with pytest.raises(fd.FlowdataError, match=r"has no map\(fn, tasks\) method"):
+    with pytest.raises(fd.FlowdataError, match=r"has no map\(fn, tasks, \*, context\) method"):
         dr.execute(["a"], inputs={"x": 1}, executor=object())
 
 
@@ -410,7 +411,7 @@ def test_spawn_start_method() -> None:
 def test_worker_task_is_module_level() -> None:
     import pickle
 
-    assert pickle.loads(pickle.dumps(worker_task)) is worker_task
+    assert pickle.loads(pickle.dumps(run_task)) is run_task
 
 
 def test_parallel_memory_is_bounded_for_large_samples(build: Callable[..., fd.Driver]) -> None:
@@ -560,7 +561,7 @@ def test_pool_workers_die_with_their_parent(tmp_path: Path) -> None:
         "import flowdata as fd\n"
         "from tests.test_execute import _worker_pid\n"
         "ex = fd.ProcessExecutor(num_workers=2)\n"
-        "print(' '.join(map(str, set(ex.map(_worker_pid, range(8))))), flush=True)\n"
+        "print(' '.join(map(str, set(ex.map(_worker_pid, range(8), context=None)))), flush=True)\n"
         "os.kill(os.getpid(), signal.SIGKILL)\n"
     )
     root = str(Path(__file__).resolve().parents[1])
@@ -574,7 +575,7 @@ def test_pool_workers_die_with_their_parent(tmp_path: Path) -> None:
     assert not [p for p in pids if _alive(p)]
 
 
-def _worker_pid(_: int) -> int:
+def _worker_pid(_context: object, _: int) -> int:
     time.sleep(0.05)
     return os.getpid()
 
@@ -625,7 +626,7 @@ def test_forked_workers_run_torch_after_the_parent_used_its_threads(tmp_path: Pa
     assert done.stdout.split() == ["40"]
 
 
-def _torch_threads(_: int) -> int:
+def _torch_threads(_context: object, _: int) -> int:
     import torch
 
     return int(torch.get_num_threads())
@@ -636,4 +637,4 @@ def test_pool_workers_compute_with_one_torch_thread(method: str) -> None:
     """N workers with N threads each would oversubscribe the CPUs; spawned workers import torch late."""
     pytest.importorskip("torch")
     with fd.ProcessExecutor(num_workers=2, start_method=method) as ex:
-        assert set(ex.map(_torch_threads, range(4))) == {1}
+        assert set(ex.map(_torch_threads, range(4), context=None)) == {1}

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 import flowdata as fd
-from flowdata.chunk import ChunkResult
+from flowdata.run.kernel import ChunkResult
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -129,9 +129,9 @@ class InspectingExecutor:
     def __init__(self) -> None:
         self.results: list[ChunkResult] = []
 
-    def map(self, fn: Callable[[T], R], tasks: Iterable[T]) -> Iterator[R]:
+    def map(self, fn: Callable[[Any, T], R], tasks: Iterable[T], *, context: Any) -> Iterator[R]:
         for task in tasks:
-            result = fn(task)
+            result = fn(context, task)
             self.results.append(result)  # type: ignore[arg-type]
             yield result
 
@@ -141,13 +141,22 @@ def test_workers_ship_reducer_states_not_values(flow: tuple[fd.Driver, Any]) -> 
     ex = InspectingExecutor()
     dr.execute(["feature_stats"], inputs={"n": 1000}, executor=ex)
     assert ex.results
+    blocks: list[int] = []
+    loose: list[int] = []
     for r in ex.results:
-        assert "feature" not in r.columns  # no per-sample values travel back
-        assert all(type(state).__name__ == "Welford" for _, state in r.folds["feature_stats"])
-    assert all(r.folds["feature_stats"] for r in ex.results[:-1])  # chunks are block-aligned
-    folded = sum(len(r.folds["feature_stats"]) for r in ex.results)
-    assert folded == 1000 // 64  # every whole block folded where it was computed
-    assert sum(len(r.loose["feature_stats"][1]) for r in ex.results) == 1000 % 64
+        assert "feature" not in r.columns  # no per-sample values travel back as columns
+        for kind, at, x in r.pieces["feature_stats"]:
+            if kind == "block":
+                assert type(x).__name__ == "Welford"
+                blocks.append(at)
+            else:
+                assert kind == "value"
+                loose.append(at)
+    # Chunks start at one sample and grow: the first block arrives in pieces, folded in
+    # this process; once chunks are a block long they are block-aligned and every whole
+    # block is folded where it was computed. Only the last, partial block travels too.
+    assert blocks == list(range(1, 1000 // 64))
+    assert loose == [*range(64), *range(1000 // 64 * 64, 1000)]
 
 
 def test_pass_two_runs_after_pass_one_automatically(flow: tuple[fd.Driver, Any]) -> None:

@@ -160,7 +160,7 @@ class _Info:
 def test_stream_sharding_property(
     stream_driver: fd.Driver, n: int, batch_size: int, workers: int, world_size: int, shuffle: bool, drop_last: bool, start: int
 ) -> None:
-    import flowdata.streaming as streaming
+    import flowdata.loader.datasets as streaming
 
     seen: list[int] = []
     for rank in range(world_size):

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
-from flowdata.errors import FlowdataError
+from flowdata.errors import StatsError
 
 if TYPE_CHECKING:
     import torch
@@ -26,10 +26,6 @@ NanPolicy = Literal["propagate", "ignore", "raise"]
 
 _STACK_ELEMENTS = 1 << 17  # values stacked per batch in fold(): about 1 MB of float64
 _SCRATCH_BYTES = 16 << 20  # largest float64 scratch buffer a Welford keeps between updates
-
-
-class StatsError(FlowdataError, ValueError):
-    """A reducer received data it cannot fold (wrong shape, NaN under ``nan="raise"``)."""
 
 
 @dataclass(frozen=True)

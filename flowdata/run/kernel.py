@@ -1,21 +1,19 @@
-"""Per-sample work on one chunk of samples, column by column.
+"""The kernel: per-sample work on one chunk of samples, column by column.
 
 A chunk is a run of consecutive samples of one group. For each per-sample node, in
 dependency order, the node's function is mapped over the chunk's columns at once (one
 Python call per sample, no per-sample scheduling), so the cost per sample is close to a
 plain loop. Whole values (once nodes, inputs, Collect results) are repeated along the
-column.
+column. Reductions are folded here too (see :mod:`flowdata.run.folding`).
 
-This module runs both in the main process (inline executor) and in worker processes,
-where :func:`worker_task` rebuilds the nodes from module names and config once per
-process and keeps them.
+The kernel runs wherever samples are computed: in the main process, in executor workers
+and in DataLoader workers. It never raises for a sample: a failure comes back as plain
+data (:class:`Failure`) for the engine to turn into an error or a skip record.
 """
 
 from __future__ import annotations
 
-import bisect
 import dataclasses
-import os
 import pickle
 import time
 import traceback
@@ -26,10 +24,12 @@ from typing import Any
 
 from flowdata.errors import describe, short_repr, user_traceback
 from flowdata.node import Node
-from flowdata.reduce import BLOCK, ReduceSpec, fold_values
+from flowdata.reduce import BLOCK, ReduceSpec
+from flowdata.run.chunking import approx_bytes
+from flowdata.run.folding import BlockError, Piece, pieces_of
 from flowdata.sample import make_rng
 
-__all__ = ["ChunkResult", "Failure", "FoldSpec", "PassSpec", "block_span", "run_chunk", "worker_task"]
+__all__ = ["ChunkResult", "Failure", "FoldSpec", "PassSpec", "portable", "run_chunk"]
 
 
 @dataclass(frozen=True)
@@ -41,21 +41,18 @@ class FoldSpec:
         column: The per-sample node (or source) whose values it folds.
         reducer: The ``@reduce`` declaration.
         options: Whole-valued parameters of the node, passed to the reducer's constructor.
+        location: The node's ``file:line``, for messages.
     """
 
     node: str
     column: str
     reducer: ReduceSpec
     options: Mapping[str, Any]
+    location: str = ""
 
     def fresh(self) -> Any:
         """A new, empty reducer."""
         return self.reducer.make(**self.options)
-
-
-def block_span(start: int, stop: int) -> range:
-    """The fold blocks lying wholly inside sample indices ``[start, stop)``."""
-    return range(-(-start // BLOCK), stop // BLOCK)
 
 
 @dataclass(frozen=True)
@@ -100,11 +97,11 @@ class ChunkResult:
     """The wanted columns of a chunk, or the failure that stopped it.
 
     ``indices`` are the samples delivered (skipped ones left out); ``span`` is the range of
-    sample indices the chunk covered. For each reduction, ``folds`` holds one reducer per
-    fold block lying wholly in the span, and ``loose`` the (indices, values) of the samples
-    outside those blocks (the main process completes those blocks, so the arithmetic never
-    depends on chunking). ``skipped`` lists the samples left out under ``on_error="skip"``;
-    ``node_seconds`` the time spent in each node.
+    sample indices the chunk covered. ``pieces`` holds, per reduction, what the chunk
+    folded and the loose values it did not (:data:`flowdata.run.folding.Piece`).
+    ``skipped`` lists the samples left out under ``on_error="skip"``; ``node_seconds`` the
+    time spent in each node; ``sample_bytes`` an estimate of one sample's memory (its item
+    and every computed value), for chunk sizing.
     """
 
     indices: Sequence[int]
@@ -112,11 +109,11 @@ class ChunkResult:
     failure: Failure | None = None
     seconds: float = 0.0
     worker: str = "main"
-    folds: dict[str, list[tuple[int, Any]]] = field(default_factory=dict)
-    loose: dict[str, tuple[list[int], list[Any]]] = field(default_factory=dict)
+    pieces: dict[str, list[Piece]] = field(default_factory=dict)
     span: tuple[int, int] = (0, 0)
     skipped: list[Failure] = field(default_factory=list)
     node_seconds: dict[str, float] = field(default_factory=dict)
+    sample_bytes: int = 0
 
 
 def _call_kw(fn: Callable[..., Any], names: tuple[str, ...], values: tuple[Any, ...]) -> Any:
@@ -161,7 +158,7 @@ def run_chunk(
         items = [*items[:pos], *items[pos + 1 :]]
     result.span, result.skipped = span, skipped
     if spec.folds and result.failure is None:
-        _fold(spec, result.columns, indices, result)
+        _fold(spec, result, indices)
         for fold in spec.folds:
             if fold.column not in spec.want:
                 result.columns.pop(fold.column, None)
@@ -204,90 +201,40 @@ def _compute(
         except Exception as exc:
             # list.extend keeps what it appended before the error: len(out) is the failing sample.
             i = len(out)
-            exc.__traceback__ = user_traceback(exc.__traceback__)
-            failure = Failure(
-                node=name,
-                location=node.location,
-                index=indices[i],
-                item=short_repr(items[i]),
-                detail=describe(exc),
-                error=exc,
-                traceback_text="".join(traceback.format_exception(type(exc), exc, exc.__traceback__)),
-            )
-            return ChunkResult(indices, {}, failure, 0.0, worker)
+            return ChunkResult(indices, {}, _failure(name, node.location, indices[i], items[i], exc), 0.0, worker)
         timing[name] = time.perf_counter() - t
         cols[name] = out
+    size = sum(approx_bytes(col[0]) for name, col in cols.items() if name != "sample_index" and len(col))
     wanted = set(spec.want) | {f.column for f in spec.folds}
     columns = {w: list(cols[w]) if w == spec.group else cols[w] for w in wanted}
-    return ChunkResult(indices, columns, None, 0.0, worker, node_seconds=timing)  # type: ignore[arg-type]
+    return ChunkResult(indices, columns, None, 0.0, worker, node_seconds=timing, sample_bytes=size)  # type: ignore[arg-type]
 
 
-def _fold(spec: PassSpec, cols: Mapping[str, Sequence[Any]], indices: Sequence[int], result: ChunkResult) -> None:
-    blocks = block_span(*result.span)
-    # Positions of the samples inside whole blocks: indices are ascending, gaps are skips.
-    lo = bisect.bisect_left(indices, blocks.start * BLOCK) if blocks else 0
-    hi = bisect.bisect_left(indices, blocks.stop * BLOCK) if blocks else 0
+def _failure(node: str, location: str, index: int, item: Any, exc: BaseException, reduction: bool = False) -> Failure:
+    exc.__traceback__ = user_traceback(exc.__traceback__)
+    return Failure(
+        node=node,
+        location=location,
+        index=index,
+        item=item if isinstance(item, str) and reduction else short_repr(item),
+        detail=describe(exc),
+        error=exc,
+        traceback_text="".join(traceback.format_exception(type(exc), exc, exc.__traceback__)),
+        reduction=reduction,
+    )
+
+
+def _fold(spec: PassSpec, result: ChunkResult, indices: Sequence[int]) -> None:
     for fold in spec.folds:
-        values = cols[fold.column]
-        states = []
-        for b in blocks:
-            a, z = bisect.bisect_left(indices, b * BLOCK), bisect.bisect_left(indices, (b + 1) * BLOCK)
-            try:
-                states.append((b, fold_values(fold.fresh(), values[a:z])))
-            except Exception as exc:
-                exc.__traceback__ = user_traceback(exc.__traceback__)
-                result.failure = Failure(
-                    node=fold.node,
-                    location="",
-                    index=b * BLOCK,
-                    item=f"samples {b * BLOCK}..{b * BLOCK + BLOCK - 1}",
-                    detail=describe(exc),
-                    error=exc,
-                    traceback_text="".join(traceback.format_exception(type(exc), exc, exc.__traceback__)),
-                    reduction=True,
-                )
-                return
-        result.folds[fold.node] = states
-        result.loose[fold.node] = (
-            [*indices[:lo], *indices[hi:]],
-            [*values[:lo], *values[hi:]],
-        )
+        try:
+            result.pieces[fold.node] = pieces_of(fold, result.span, indices, result.columns[fold.column])
+        except BlockError as err:
+            cause = err.__cause__ if isinstance(err.__cause__, Exception) else err
+            result.failure = _failure(fold.node, fold.location, err.block * BLOCK, err.samples, cause, reduction=True)
+            return
 
 
-# --- worker side -------------------------------------------------------------------------
-
-_CONTEXTS: dict[bytes, tuple[Mapping[str, Node], PassSpec, Mapping[str, Any]]] = {}
-_PROGRAMS: dict[bytes, Mapping[str, Node]] = {}
-
-
-def worker_task(task: tuple[bytes, bytes, bytes, tuple[int, int], Sequence[int], Sequence[Any], bool]) -> ChunkResult:
-    """Runs one chunk in a worker process.
-
-    ``task`` is ``(context key, program bytes, context bytes, span, indices, items, skip)``.
-    The program (module references and config) is loaded once per worker; the context
-    (pass and whole values) is unpickled once per pass.
-    """
-    key, program_bytes, ctx_bytes, span, indices, items, skip = task
-    ctx = _CONTEXTS.get(key)
-    if ctx is None:
-        nodes = _PROGRAMS.get(program_bytes)
-        if nodes is None:
-            from flowdata.discover import load_program
-
-            nodes = load_program(pickle.loads(program_bytes))
-            _PROGRAMS[program_bytes] = nodes
-        spec, whole = pickle.loads(ctx_bytes)
-        if len(_CONTEXTS) >= 4:
-            _CONTEXTS.pop(next(iter(_CONTEXTS)))
-        ctx = _CONTEXTS[key] = (nodes, spec, whole)
-    nodes, spec, whole = ctx
-    result = run_chunk(nodes, spec, whole, indices, items, worker=f"pid {os.getpid()}", skip=skip, span=span)
-    result.failure = _portable(result.failure)
-    result.skipped = [f for f in map(_portable, result.skipped) if f is not None]
-    return result
-
-
-def _portable(f: Failure | None) -> Failure | None:
+def portable(f: Failure | None) -> Failure | None:
     """The failure, with its exception dropped if it cannot travel back (its text stays)."""
     if f is None or f.error is None:
         return f

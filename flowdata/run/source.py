@@ -1,14 +1,27 @@
-"""The index of a group's samples: items by position, never decoded arrays.
+"""Sources: the one contract every source of samples follows, and its first adapters.
 
-A source that returns a sized, indexable object (a list, a ``datasets.Dataset``, an Arrow
-table) is used as it is (:class:`SequenceIndex`). A source generator is run once and its
-items written to an Arrow IPC file (:class:`ArrowIndex`), which every worker
-memory-maps: a worker's private memory does not grow as it walks the items, unlike a
-Python list whose reference counts are written on every read (copy-on-read after fork).
+A group's samples come from a :class:`Source`:
 
-Items may be strings, bytes, numbers, booleans, None, dicts of those (a struct column),
-lists, or tuples (stored as a struct and read back as tuples). Anything else is an error
-that says what to yield instead.
+- ``open()`` iterates the items in sample order. It is *guarded*: an error raised while
+  producing an item becomes a ``NodeError`` naming the source function, its
+  ``file:line`` and the sample index -- in ``execute()``, ``run_sample()`` and both
+  loaders alike;
+- ``index()`` gives random access (:class:`ItemIndex`), or None for a plain iterable;
+- ``fingerprint()`` digests the items (and the size and modification time of every file
+  they name) for the pass cache;
+- ``shard(rank, world_size)`` gives the ``(index, item)`` pairs one of several ranks takes.
+
+Adapters: :class:`IndexSource` over a sized, indexable object returned by the source
+function (a list, a ``datasets.Dataset``, an Arrow table: :class:`SequenceIndex`, used as
+it is) or over an Arrow index (:class:`ArrowIndex`); :class:`IterableSource` over
+anything else (a generator), which is read once -- :func:`indexed` stores its items in an
+Arrow IPC file that every worker memory-maps, so a worker's private memory does not grow
+as it walks the items (a Python list's reference counts are written on every read:
+copy-on-read after fork).
+
+Arrow items may be strings, bytes, numbers, booleans, None, dicts of those (a struct
+column), lists, or tuples (stored as a struct and read back as tuples). Anything else is
+an error that says what to yield instead.
 """
 
 from __future__ import annotations
@@ -21,9 +34,20 @@ from collections.abc import Iterable, Iterator, Sequence
 from itertools import islice
 from typing import Any, Protocol, runtime_checkable
 
-from flowdata.errors import FlowdataError, short_repr
+from flowdata.errors import FlowdataError, NodeError, describe, short_repr, user_traceback
+from flowdata.node import Node
 
-__all__ = ["ArrowIndex", "ItemIndex", "SequenceIndex", "build_index"]
+__all__ = [
+    "ArrowIndex",
+    "IndexSource",
+    "ItemIndex",
+    "IterableSource",
+    "SequenceIndex",
+    "Source",
+    "as_source",
+    "guarded",
+    "indexed",
+]
 
 _BATCH = 65_536
 
@@ -37,6 +61,8 @@ class ItemIndex(Protocol):
     def take(self, indices: Sequence[int]) -> list[Any]:
         """The items at ``indices``, in that order."""
         ...
+
+    def __iter__(self) -> Iterator[Any]: ...
 
 
 class SequenceIndex:
@@ -136,16 +162,134 @@ class ArrowIndex:
             yield from ((tuple(v.values()) for v in values) if self.as_tuple else values)
 
 
-def build_index(items: Any, directory: str | None, name: str) -> SequenceIndex | ArrowIndex:
-    """The index of a source's return value.
+@runtime_checkable
+class Source(Protocol):
+    """Where a group's samples come from (see the module docstring)."""
 
-    Args:
-        items: What the source returned.
-        directory: Where to write the Arrow file (a temporary folder when None).
-        name: The source's name, for the file name and messages.
-    """
-    if hasattr(items, "__len__") and hasattr(items, "__getitem__") and not isinstance(items, (str, bytes, dict)):
-        return SequenceIndex(items)
+    node: Node
+
+    def open(self) -> Iterator[Any]:
+        """The items in sample order; a failure names the source function."""
+        ...
+
+    def index(self) -> ItemIndex | None:
+        """Random access to the items, or None."""
+        ...
+
+    def fingerprint(self) -> tuple[str, int]:
+        """(digest, count) of the items, for the pass cache."""
+        ...
+
+    def shard(self, rank: int, world_size: int) -> Iterator[tuple[int, Any]]:
+        """The ``(index, item)`` pairs rank ``rank`` of ``world_size`` takes."""
+        ...
+
+
+def guarded(items: Iterable[Any], source: Node, start: int = 0) -> Iterator[Any]:
+    """The items; an error raised while producing one is the source's ``NodeError``."""
+    it = iter(items)
+    index = start
+    try:
+        while True:
+            try:
+                item = next(it)
+            except StopIteration:
+                return
+            except Exception as exc:
+                raise NodeError(
+                    source.name, source.location, f"{describe(exc)} (while producing sample {index})"
+                ) from exc.with_traceback(user_traceback(exc.__traceback__))
+            yield item
+            index += 1
+    finally:
+        close = getattr(it, "close", None)
+        if close is not None:
+            close()
+
+
+class IndexSource:
+    """A source with random access to its items."""
+
+    def __init__(self, node: Node, items: ItemIndex):
+        self.node = node
+        self.items = items
+
+    def open(self) -> Iterator[Any]:
+        """The items in order."""
+        return guarded(self.items, self.node)
+
+    def index(self) -> ItemIndex:
+        """The items, by position."""
+        return self.items
+
+    def fingerprint(self) -> tuple[str, int]:
+        """(digest, count) of the items."""
+        from flowdata.cache import fingerprint_items
+
+        return fingerprint_items(self.open())
+
+    def shard(self, rank: int, world_size: int) -> Iterator[tuple[int, Any]]:
+        """Positions ``rank, rank + world_size, ...``, read by batches."""
+        positions = range(rank, len(self.items), world_size)
+        for start in range(0, len(positions), _BATCH):
+            batch = list(positions[start : start + _BATCH])
+            yield from zip(batch, self.items.take(batch))
+
+
+class IterableSource:
+    """A source whose items can only be iterated: read once, in order."""
+
+    def __init__(self, node: Node, items: Iterable[Any]):
+        self.node = node
+        self._items: Iterable[Any] | None = items
+
+    def open(self) -> Iterator[Any]:
+        """The items in order (once: a second open is an error)."""
+        items, self._items = self._items, None
+        if items is None:
+            raise FlowdataError(f"source '{self.node.name}' was already read: it is an iterator")
+        return guarded(items, self.node)
+
+    def index(self) -> None:
+        """No random access."""
+        return None
+
+    def fingerprint(self) -> tuple[str, int]:
+        """(digest, count) of the items (reads them)."""
+        from flowdata.cache import fingerprint_items
+
+        return fingerprint_items(self.open())
+
+    def shard(self, rank: int, world_size: int) -> Iterator[tuple[int, Any]]:
+        """Every ``world_size``-th item, from ``rank`` on."""
+        for i, item in enumerate(self.open()):
+            if i % world_size == rank:
+                yield i, item
+
+
+def as_source(node: Node, value: Any) -> IndexSource | IterableSource:
+    """The source adapter for what ``node``'s function returned."""
+    if not isinstance(value, Iterable):
+        raise NodeError(
+            node.name,
+            node.location,
+            f"a source must return an iterable of samples, got {type(value).__name__}; "
+            "fix: 'yield' the items or return a list",
+        )
+    if hasattr(value, "__len__") and hasattr(value, "__getitem__") and not isinstance(value, (str, bytes, dict)):
+        return IndexSource(node, SequenceIndex(value))
+    return IterableSource(node, value)
+
+
+def indexed(source: IndexSource | IterableSource, directory: str | None) -> IndexSource:
+    """A source with random access: as it is, or its items stored in an Arrow index."""
+    if isinstance(source, IndexSource):
+        return source
+    return IndexSource(source.node, _write_index(source.open(), directory, source.node.name))
+
+
+def _write_index(items: Iterable[Any], directory: str | None, name: str) -> ArrowIndex:
+    """An Arrow index of ``items`` (in a temporary folder, removed with it, when None)."""
     index = _write_arrow(iter(items), directory, name)
     if directory is None:
         # A temporary index lives as long as the index object in this process (workers,

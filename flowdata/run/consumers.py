@@ -1,15 +1,5 @@
-"""Streams of chunks: cutting a source into chunks, and sharing one stream among consumers.
+"""The consumers of a pass: plain Collect functions and reductions, sharing one stream.
 
-Chunk sizes
------------
-:class:`ChunkSizer` starts chunks small and doubles them while one takes less than about
-20 ms, so tiny samples amortise the per-chunk cost and slow samples still spread over the
-workers early; it also keeps a chunk under about 8 MB (estimated from the first sample of
-each column), so large samples do not pile up in memory, and keeps chunks block-aligned
-when reductions fold blocks where the samples are computed.
-
-Fan-out
--------
 A plain Collect node is an ordinary function that iterates its ``Collect[...]``
 parameters. Several consumers of one pass each run in their own thread (the first in the
 calling thread), reading one shared stream of chunks (:class:`Tee`). Each reader has a
@@ -19,23 +9,27 @@ whatever the number of samples. A reader whose function returns is closed; when 
 reader is closed the source is closed and pending work is dropped, so a Collect function
 that stops early stops the upstream work. Several ``Collect`` parameters of one node are
 served in lockstep from the same chunks.
+
+What a parameter receives (see :mod:`flowdata.run.usage`): a lazy, once-only stream when
+the function consumes it once on the spot, else a ``list`` of every value -- so returning,
+storing, concatenating or re-reading a Collect argument works as in Hamilton.
 """
 
 from __future__ import annotations
 
-import sys
 import threading
 from collections import deque
-from collections.abc import Callable, Iterator, Sequence
-from itertools import islice
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
-from flowdata.chunk import ChunkResult
+from flowdata.errors import FlowdataError, NodeError, describe, user_traceback
 from flowdata.node import Node
+from flowdata.run.folding import BlockError, Folder
+from flowdata.run.kernel import ChunkResult
+from flowdata.run.usage import streamable
 
-__all__ = ["ChunkSizer", "JobThread", "MAX_CHUNK", "Tee", "approx_bytes", "chunked", "collect_iterables", "run_jobs"]
+__all__ = ["JobThread", "Tee", "call_collect", "collect_arguments", "reduce_all", "run_jobs"]
 
-_MIN_CHUNK, MAX_CHUNK, _TARGET_SECONDS, _TARGET_BYTES = 8, 4096, 0.02, 8 << 20
 _BUFFER_CHUNKS = 4
 
 
@@ -58,6 +52,8 @@ class Tee:
 
     def next(self, r: int) -> ChunkResult | None:
         """The next chunk for reader ``r``, or None at the end of the stream."""
+        if len(self._buffers) == 1:
+            return self._next_alone()
         while True:
             with self._cond:
                 while True:
@@ -99,6 +95,16 @@ class Tee:
                 if not any(self._alive):
                     self._close_source()
 
+    def _next_alone(self) -> ChunkResult | None:
+        # One reader: no other thread, so no lock and no notification per chunk.
+        if self._done:
+            return None
+        try:
+            return next(self._source)
+        except StopIteration:
+            self._done = True
+            return None
+
     def close(self, r: int) -> None:
         """Reader ``r`` reads no more; the last one to leave stops the source."""
         with self._cond:
@@ -116,8 +122,27 @@ class Tee:
                 close()
 
 
+class _Once:
+    """A Collect parameter's lazy stream: iterable once (a second read is an error)."""
+
+    __slots__ = ("_it", "_node", "_param")
+
+    def __init__(self, it: Iterator[Any], node: Node, param: str):
+        self._it: Iterator[Any] | None = it
+        self._node, self._param = node, param
+
+    def __iter__(self) -> Iterator[Any]:
+        it, self._it = self._it, None
+        if it is None:
+            raise FlowdataError(
+                f"Collect parameter '{self._param}' of '{self._node.name}' ({self._node.location}) "
+                "was read a second time; it streams its values once\n"
+                f"  fix: read it into a list first ('{self._param} = list({self._param})')"
+            )
+        return it
+
+
 def _column(tee: Tee, r: int, column: str) -> Iterator[Any]:
-    """One Collect parameter read from reader ``r``."""
     while (chunk := tee.next(r)) is not None:
         yield from chunk.columns[column]
 
@@ -146,81 +171,55 @@ class _Lockstep:
                 return
 
 
-def collect_iterables(node: Node, tee: Tee, r: int) -> dict[str, Iterator[Any]]:
+def collect_arguments(node: Node, tee: Tee, r: int) -> dict[str, Any]:
+    """The values of ``node``'s Collect parameters, read from reader ``r`` of ``tee``."""
     params = node.collect_params
     if len(params) == 1:
-        return {params[0].name: _column(tee, r, params[0].name)}
-    lock = _Lockstep(tee, r, [p.name for p in params])
-    return {p.name: lock.column(p.name) for p in params}
-
-
-def chunked(
-    items: Iterator[Any], size: Callable[[], int], exclude: frozenset[int] = frozenset()
-) -> Iterator[tuple[tuple[int, int], list[int], list[Any]]]:
-    """Cuts items into runs of consecutive sample indices: ``(span, indices, items)``.
-
-    Samples whose index is in ``exclude`` (skipped in an earlier pass) are left out of
-    ``indices`` and ``items`` but stay inside ``span``, so blocks keep their boundaries.
-    """
-    start = 0
-    while True:
-        chunk = list(islice(items, size()))
-        if not chunk:
-            return
-        stop = start + len(chunk)
-        if exclude:
-            kept = [(i, x) for i, x in zip(range(start, stop), chunk, strict=True) if i not in exclude]
-            yield (start, stop), [i for i, _ in kept], [x for _, x in kept]
+        streams = {params[0].name: _column(tee, r, params[0].name)}
+    else:
+        lock = _Lockstep(tee, r, [p.name for p in params])
+        streams = {p.name: lock.column(p.name) for p in params}
+    out: dict[str, Any] = {}
+    for p in params:
+        if not p.as_list and streamable(node.origin, p.name):
+            out[p.name] = _Once(streams[p.name], node, p.name)
         else:
-            yield (start, stop), list(range(start, stop)), chunk
-        start = stop
+            out[p.name] = list(streams[p.name])
+    return out
 
 
-class ChunkSizer:
-    """Chooses how many samples go in the next chunk.
-
-    Chunks start small and double while one takes less than about 20 ms, so tiny samples
-    amortise the per-chunk cost and slow samples still spread over the workers early; a
-    chunk is also kept under about 8 MB (estimated from the first sample of each column),
-    so large samples (decoded media, 1 MB blobs) do not pile up in memory.
-    """
-
-    def __init__(self, fixed: int | None, limit: int, align: int = 1):
-        self.fixed = fixed
-        self.limit = limit
-        self.align = align
-        self.size = fixed or max(_MIN_CHUNK, align)
-
-    def next_size(self) -> int:
-        return self.size
-
-    def observe(self, result: ChunkResult, items: list[Any]) -> None:
-        n = len(items)
-        if self.fixed or n == 0:
-            return
-        per_sample = approx_bytes(items[0]) + sum(
-            approx_bytes(col[0]) for col in result.columns.values() if len(col)
+def call_collect(node: Node, args: Mapping[str, Any], tee: Tee, r: int) -> Any:
+    """Calls a plain Collect node on reader ``r``; its error becomes a ``NodeError``."""
+    try:
+        return node.fn(**args, **collect_arguments(node, tee, r))
+    except FlowdataError:
+        raise
+    except Exception as exc:
+        raise NodeError(node.name, node.location, describe(exc)) from exc.with_traceback(
+            user_traceback(exc.__traceback__)
         )
-        cap = max(1, _TARGET_BYTES // max(per_sample, 1))
-        if result.seconds < _TARGET_SECONDS and n >= self.size:
-            self.size = min(self.size * 2, self.limit)
-        # Reductions fold whole blocks where the samples are: keep chunks block-aligned.
-        self.size = max(self.align, min(self.size, cap) // self.align * self.align)
+    finally:
+        tee.close(r)
 
 
-def approx_bytes(value: Any) -> int:
-    """A cheap estimate of the memory a value holds (buffers of arrays and tensors included)."""
-    if isinstance(value, (bytes, bytearray, str, memoryview)):
-        return len(value)
-    nbytes = getattr(value, "nbytes", None)  # numpy arrays, torch tensors (torch >= 2.1)
-    if isinstance(nbytes, int):
-        return nbytes
-    if isinstance(value, (list, tuple)) and value:
-        return 56 + len(value) * approx_bytes(value[0])
-    if isinstance(value, dict) and value:
-        k, v = next(iter(value.items()))
-        return 232 + len(value) * (approx_bytes(k) + approx_bytes(v))
-    return sys.getsizeof(value, 64)
+def reduce_all(folders: list[Folder], tee: Tee, r: int) -> dict[str, Any]:
+    """Reads every chunk of the pass (reductions never stop early) into the folders."""
+    folder = folders[0]
+    try:
+        while (chunk := tee.next(r)) is not None:
+            for folder in folders:
+                folder.add(chunk.pieces.get(folder.spec.node, ()), chunk.span)
+        done = {}
+        for folder in folders:
+            done[folder.spec.node] = folder.finish()
+        return done
+    except BlockError as err:  # loose values folded here: the same error as in a worker
+        cause = err.__cause__ if err.__cause__ is not None else err
+        spec = folder.spec
+        raise NodeError(spec.node, spec.location, f"{describe(cause)} (while folding {err.samples})") from (
+            cause.with_traceback(user_traceback(cause.__traceback__)))
+    finally:
+        tee.close(r)
 
 
 class JobThread(threading.Thread):

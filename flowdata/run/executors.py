@@ -3,54 +3,66 @@
 The contract is one method::
 
     class Executor(Protocol):
-        def map(self, fn, tasks) -> Iterator[result]: ...
+        def map(self, fn, tasks, *, context) -> Iterator[result]: ...
 
-``map`` calls ``fn(task)`` for every task and yields the results **in task order**,
-lazily: it pulls tasks only as it has room for them, and closing the returned iterator
-stops pulling and drops pending work. ``fn`` is a module-level function and tasks are
-picklable, so an executor may run them anywhere (a process pool here; a cluster engine
-can plug in the same way). flowdata sends *chunks* of samples, never one task per sample.
+``map`` calls ``fn(context, task)`` for every task and yields the results **in task
+order**, lazily: it pulls tasks only as it has room for them, and closing the returned
+iterator stops pulling and drops pending work. ``fn`` is a module-level function, and
+``context`` and the tasks are picklable, so an executor may run them anywhere (a process
+pool here; a cluster engine plugs in the same way). ``context`` is the same for every task
+of one ``map`` call (for flowdata: the program, the pass and its whole values), so an
+executor that runs tasks elsewhere sends it **once per worker**, not with every task;
+flowdata sends *chunks* of samples, never one task per sample.
 
-``close()`` is optional; executors flowdata creates itself are closed after the call.
+A context may offer ``describe_unpicklable() -> str``, which an executor uses to say what
+kept it from crossing to another process. ``close()`` is optional; executors flowdata
+creates itself are closed after the call. ``tests/test_conformance.py`` holds the suite
+that every executor must pass.
 """
 
 from __future__ import annotations
 
+import inspect
 import multiprocessing
 import os
+import pickle
+import shutil
 import sys
+import tempfile
 import threading
 import time
-from collections import deque
+import uuid
+from collections import OrderedDict, deque
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from typing import Any, Protocol, TypeVar, runtime_checkable
 
-from flowdata.errors import FlowdataError
+from flowdata.errors import FlowdataError, describe
 
 __all__ = ["Executor", "InlineExecutor", "ProcessExecutor", "resolve_executor"]
 
 T = TypeVar("T")
 R = TypeVar("R")
+C = TypeVar("C")
 
 
 @runtime_checkable
 class Executor(Protocol):
-    """Runs ``fn`` over tasks and yields results in task order, lazily."""
+    """Runs ``fn(context, task)`` over tasks and yields results in task order, lazily."""
 
-    def map(self, fn: Callable[[T], R], tasks: Iterable[T]) -> Iterator[R]:
-        """Yields ``fn(task)`` for each task, in order."""
+    def map(self, fn: Callable[[C, T], R], tasks: Iterable[T], *, context: C) -> Iterator[R]:
+        """Yields ``fn(context, task)`` for each task, in order."""
         ...
 
 
 class InlineExecutor:
     """Runs every task in the calling thread, one after the other."""
 
-    def map(self, fn: Callable[[T], R], tasks: Iterable[T]) -> Iterator[R]:
-        """Yields ``fn(task)`` for each task, in order."""
+    def map(self, fn: Callable[[C, T], R], tasks: Iterable[T], *, context: C) -> Iterator[R]:
+        """Yields ``fn(context, task)`` for each task, in order."""
         for task in tasks:
-            yield fn(task)
+            yield fn(context, task)
 
     def close(self) -> None:
         """Nothing to release."""
@@ -84,6 +96,8 @@ class ProcessExecutor:
         self.start_method = start_method
         self.max_in_flight = max_in_flight or 2 * self.num_workers
         self._pool: ProcessPoolExecutor | None = None
+        self._folder: str | None = None
+        self.bytes_sent = 0  # pickled bytes of every task submitted (contexts not included)
 
     def __repr__(self) -> str:
         return f"ProcessExecutor(num_workers={self.num_workers}, start_method={self.start_method!r})"
@@ -97,14 +111,41 @@ class ProcessExecutor:
             )
         return self._pool
 
-    def map(self, fn: Callable[[T], R], tasks: Iterable[T]) -> Iterator[R]:
-        """Yields ``fn(task)`` for each task, in order, with a bounded window in flight."""
+    def _send_once(self, context: Any) -> str:
+        """Writes the context where every worker reads it once; returns the file."""
+        try:
+            data = pickle.dumps(context, protocol=pickle.HIGHEST_PROTOCOL)
+        except Exception as exc:
+            explain = getattr(context, "describe_unpicklable", None)
+            raise FlowdataError(
+                explain() if explain is not None else
+                f"the tasks' context cannot be sent to worker processes: {describe(exc)}"
+            ) from exc
+        if self._folder is None:
+            self._folder = tempfile.mkdtemp(prefix="flowdata-context-")
+        path = os.path.join(self._folder, f"{uuid.uuid4().hex}.pickle")
+        with open(path, "wb") as f:
+            f.write(data)
+        return path
+
+    def map(self, fn: Callable[[C, T], R], tasks: Iterable[T], *, context: C) -> Iterator[R]:
+        """Yields ``fn(context, task)`` for each task, in order, with a bounded window in flight.
+
+        The context is pickled once, into a file each worker reads the first time it
+        meets it; a task carries only the file's name.
+        """
         pool = self._get_pool()
+        path = self._send_once(context)
         pending: deque[Future[R]] = deque()
         it = iter(tasks)
+
+        def submit(task: T) -> Future[R]:
+            self.bytes_sent += len(pickle.dumps((fn, path, task), protocol=pickle.HIGHEST_PROTOCOL))
+            return pool.submit(_with_context, fn, path, task)
+
         try:
             for task in it:
-                pending.append(pool.submit(fn, task))
+                pending.append(submit(task))
                 if len(pending) >= self.max_in_flight:
                     break
             while pending:
@@ -120,17 +161,22 @@ class ProcessExecutor:
                     ) from exc
                 task = next(it, _END)
                 if task is not _END:
-                    pending.append(pool.submit(fn, task))
+                    pending.append(submit(task))
                 yield result
         finally:
             for f in pending:
                 f.cancel()
+            # Tasks still queued after a stop fail to read it, and nobody waits for them.
+            _remove(path)
 
     def close(self) -> None:
         """Shuts the pool down; a later :meth:`map` starts a new one."""
         if self._pool is not None:
             self._pool.shutdown(wait=True, cancel_futures=True)
             self._pool = None
+        if self._folder is not None:
+            shutil.rmtree(self._folder, ignore_errors=True)
+            self._folder = None
 
     def __enter__(self) -> ProcessExecutor:
         return self
@@ -140,6 +186,27 @@ class ProcessExecutor:
 
 
 _END: Any = object()
+
+_CONTEXTS: OrderedDict[str, Any] = OrderedDict()
+
+
+def _with_context(fn: Callable[[Any, T], R], path: str, task: T) -> R:
+    """In a worker: the context of ``path``, read once per worker and kept, then ``fn``."""
+    context = _CONTEXTS.get(path)
+    if context is None:
+        with open(path, "rb") as f:
+            context = pickle.load(f)
+        _CONTEXTS[path] = context
+        while len(_CONTEXTS) > 4:
+            _CONTEXTS.popitem(last=False)
+    return fn(context, task)
+
+
+def _remove(path: str) -> None:
+    try:
+        os.remove(path)
+    except OSError:
+        pass
 
 
 def _init_worker(parent: int) -> None:
@@ -178,12 +245,21 @@ def resolve_executor(executor: object) -> tuple[Executor, bool]:
     if isinstance(executor, str):
         raise FlowdataError(
             f"unknown executor {executor!r}\n"
-            "  fix: use 'inline', 'processes', or an object with a map(fn, tasks) method "
-            "such as flowdata.ProcessExecutor(num_workers=2)"
+            "  fix: use 'inline', 'processes', or an object with a map(fn, tasks, *, context) "
+            "method such as flowdata.ProcessExecutor(num_workers=2)"
         )
-    if not isinstance(executor, Executor):
+    if not isinstance(executor, Executor) or not _takes_context(executor):
         raise FlowdataError(
-            f"executor {executor!r} has no map(fn, tasks) method\n"
-            "  fix: pass 'inline', 'processes', or an object implementing flowdata.Executor"
+            f"executor {executor!r} has no map(fn, tasks, *, context) method\n"
+            "  fix: pass 'inline', 'processes', or an object implementing flowdata.Executor "
+            "(map calls fn(context, task) for every task and yields the results in order)"
         )
     return executor, False
+
+
+def _takes_context(executor: object) -> bool:
+    try:
+        params = inspect.signature(executor.map).parameters  # type: ignore[attr-defined]
+    except (TypeError, ValueError):
+        return True  # cannot tell: let it run
+    return "context" in params or any(p.kind is p.VAR_KEYWORD for p in params.values())

@@ -1,0 +1,190 @@
+"""Building a training iterator: plan, statistics pass, index, dataset, loader.
+
+:func:`build_dataset` is what ``Driver.dataloader()`` and ``Driver.dataset()`` delegate
+to. It plans the call, runs the passes the outputs need first (the statistics pass) on
+the engine -- with the executor given, or a process pool of ``num_workers`` -- and makes
+the dataset of the group's last pass:
+
+- a ``Parallel`` group is **indexed**: the source is opened through the engine (so a
+  failing source is a ``NodeError`` naming it, and a source that collects another group is
+  fed by that group's pass, as in ``execute()``); a sized, indexable return value is the
+  index as it is, anything else is stored once in an Arrow index (paths and metadata, never
+  decoded arrays), which the statistics pass then reads instead of calling the source again;
+- a ``Sequential`` group, or ``streaming=True``, is **streamed**: every DataLoader worker
+  opens the source itself (see :class:`~flowdata.loader.datasets.StreamDataset`). A
+  source that collects another group cannot be streamed (its input group's pass would run
+  in every worker): it is refused with an ``InputError``.
+
+Samples skipped in the statistics pass are left out of every epoch.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from flowdata.cache import PassCache
+from flowdata.errors import InputError
+from flowdata.node import Role
+from flowdata.plan import make_plan
+from flowdata.report import Report
+from flowdata.run.cache import ReductionCache
+from flowdata.run.executors import Executor, InlineExecutor, ProcessExecutor, resolve_executor
+from flowdata.run.kernel import PassSpec
+from flowdata.run.passes import Engine, Recorder, on_error_mode
+from flowdata.run.scheduler import Run
+from flowdata.run.source import indexed
+from flowdata.loader.datasets import PassDataset, StreamDataset
+from flowdata.loader.dataloader import DataLoader, progress_bar
+from flowdata.loader.order import EpochBatches
+
+if TYPE_CHECKING:
+    from flowdata.driver import Driver
+
+__all__ = ["LoaderOptions", "build_dataset", "build_loader"]
+
+
+@dataclass(frozen=True)
+class LoaderOptions:
+    """How a loader orders and computes its batches (the arguments of ``dataloader()``)."""
+
+    batch_size: int = 1
+    shuffle: bool = False
+    seed: int = 0
+    drop_last: bool = False
+    rank: int = 0
+    world_size: int = 1
+    streaming: bool = False
+    shuffle_buffer: int = 1024
+    on_error: str = "raise"
+    max_skipped: int | float | None = None
+    cache_dir: str | os.PathLike[str] | None = None
+    collate_fn: Callable[[list[dict[str, Any]]], Any] | None = None
+    progress: bool = False
+    num_workers: int = 0
+    multiprocessing_context: Any = None
+    executor: object = None
+
+
+def _statistics_executor(options: LoaderOptions) -> tuple[Executor, bool]:
+    """Where the statistics pass runs: the executor given, else ``num_workers`` processes."""
+    if options.executor is not None:
+        return resolve_executor(options.executor)
+    if options.num_workers > 0:
+        ctx = options.multiprocessing_context
+        method = getattr(ctx, "get_start_method", lambda: ctx)()
+        return ProcessExecutor(options.num_workers, start_method=method), True
+    return InlineExecutor(), True
+
+
+def build_dataset(
+    driver: Driver, outputs: Sequence[str], inputs: Mapping[str, Any] | None, options: LoaderOptions
+) -> tuple[PassDataset | StreamDataset, list[int], dict[str, Any], Recorder]:
+    """Plans the call, computes what the last pass reads, and makes its dataset.
+
+    Returns the dataset, the sample indices to iterate (map-style; those skipped in the
+    statistics pass left out), the Collect results computed on the way (``loader.stats``)
+    and the recorder (report and skips) the loader goes on with.
+    """
+    outputs = tuple(outputs)
+    on_error = on_error_mode(options.on_error)
+    values = driver._values(inputs, None)
+    driver._warn_unread(inputs or {}, stacklevel=6)
+    replaced = driver._replaced(inputs, None)
+    analysis = driver.analysis
+    plan = make_plan(driver.graph, analysis, outputs, set(values), replaced, allow_per_sample=True)
+    whole_outputs = [o for o in outputs if not analysis.per_sample(o)]
+    if whole_outputs or not outputs:
+        what = (
+            f"{', '.join(repr(o) for o in whole_outputs)} "
+            + ("is a whole value" if len(whole_outputs) == 1 else "are whole values")
+            if whole_outputs else "no output was asked for"
+        )
+        raise InputError(
+            f"dataloader() yields per-sample values, but {what}\n"
+            "  fix: ask for per-sample nodes of one group; compute whole values with execute()"
+        )
+    group = plan.group(analysis.group_of[outputs[0]])
+    streaming = options.streaming or group.kind == "sequential"
+    if streaming and group.source in analysis.closes:
+        raise InputError(
+            f"source '{group.source}' collects group '{analysis.closes[group.source]}', so it cannot be "
+            "streamed: every DataLoader worker would run that group's pass again\n"
+            "  fix: leave streaming=False (the source is indexed once, in this process), or execute() "
+            "the first group into a list and give it to a source as an input"
+        )
+    pass_ = next(p for p in group.passes if p.outputs)
+    recorder = Recorder(Report(max_skipped=options.max_skipped), on_error)
+    executor, owned = _statistics_executor(options)
+    cache_dir = os.fspath(options.cache_dir) if options.cache_dir is not None else None
+    try:
+        engine = Engine(driver.program, driver.graph.nodes, executor, recorder,
+                        rank=options.rank, world_size=options.world_size)
+        cache = ReductionCache(PassCache(cache_dir), driver.graph.nodes, driver.program) if cache_dir else None
+        run = Run(driver.graph, analysis, plan, values, engine, cache)
+        index = None
+        if not streaming:
+            index = indexed(run.open_source(group), cache_dir)
+            run.use_source(group.source, index)
+        bar = progress_bar(options.progress, len(index.items) if index is not None else None, 0, "statistics",
+                           unit="sample")
+        if bar is not None:
+            recorder.on_samples = bar.update
+        try:
+            whole = run.pass_whole(pass_)
+        finally:
+            recorder.on_samples = None
+            if bar is not None:
+                bar.close()
+    finally:
+        if owned:
+            close = getattr(executor, "close", None)
+            if close is not None:
+                close()
+    spec = PassSpec(group.source, pass_.number, pass_.computes, outputs, seed=options.seed)
+    skip = on_error == "skip"
+    skipped = recorder.skipped(group.source)
+    dataset: PassDataset | StreamDataset
+    indices: list[int] = []
+    if index is None:
+        dataset = StreamDataset(
+            driver.program, spec, whole, outputs, seed=options.seed, skip=skip, collate_fn=options.collate_fn,
+            batch_size=options.batch_size, drop_last=options.drop_last, shuffle=options.shuffle,
+            shuffle_buffer=options.shuffle_buffer, rank=options.rank, world_size=options.world_size,
+            nodes=driver.graph.nodes,
+        )
+        dataset.exclude = skipped
+    else:
+        dataset = PassDataset(driver.program, spec, whole, index.items, outputs, options.seed, skip,
+                              options.collate_fn, nodes=driver.graph.nodes)
+        indices = [i for i in range(len(index.items)) if i not in skipped]
+    # Collect results given by name (e.g. a validation loader fed the training statistics)
+    # are part of what the loader was built with.
+    given = {n: values[n] for n in replaced if analysis.roles.get(n) is Role.COLLECT}
+    return dataset, indices, {**given, **run.collected()}, recorder
+
+
+def build_loader(
+    driver: Driver,
+    outputs: Sequence[str],
+    inputs: Mapping[str, Any] | None,
+    options: LoaderOptions,
+    *,
+    prefetch_factor: int | None,
+    pin_memory: bool,
+    persistent_workers: bool,
+    worker_init_fn: Callable[[int], None] | None,
+) -> DataLoader:
+    """The ``flowdata.DataLoader`` of ``Driver.dataloader()``."""
+    dataset, indices, stats, recorder = build_dataset(driver, outputs, inputs, options)
+    sampler = None
+    if isinstance(dataset, PassDataset):  # map-style: the sampler in this process decides the order
+        sampler = EpochBatches(indices, options.batch_size, shuffle=options.shuffle, seed=options.seed,
+                               rank=options.rank, world_size=options.world_size, drop_last=options.drop_last)
+    return DataLoader(
+        dataset, sampler, num_workers=options.num_workers, prefetch_factor=prefetch_factor, pin_memory=pin_memory,
+        persistent_workers=persistent_workers, multiprocessing_context=options.multiprocessing_context,
+        worker_init_fn=worker_init_fn, stats=stats, recorder=recorder, progress=options.progress, seed=options.seed,
+    )

@@ -1,0 +1,297 @@
+"""``flowdata.DataLoader``: a real ``torch.utils.data.DataLoader`` over a flowdata pass.
+
+It fetches whole collated batches (one message per batch) from the datasets of
+:mod:`flowdata.loader.datasets`, reports each batch through the engine's
+:class:`~flowdata.run.passes.Recorder` (failures raised with their context, skips
+recorded), and saves and restores its position (``state_dict``/``load_state_dict``).
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import Any
+
+import torch
+from torch.utils.data import DataLoader as TorchDataLoader
+
+from flowdata.errors import FlowdataError, describe
+from flowdata.loader.datasets import BatchView
+from flowdata.loader.order import EpochBatches
+from flowdata.loader.wire import Batch
+from flowdata.report import Report
+from flowdata.run.passes import Recorder
+from flowdata.sample import sample_seed
+
+__all__ = ["DataLoader", "progress_bar"]
+
+_log = logging.getLogger("flowdata")
+
+
+def _identity(batch: Any) -> Any:
+    """The dataset returns batches already collated."""
+    return batch
+
+
+class _WorkerInit:
+    """Seeds Python's and numpy's global generators per worker, from (seed, worker id).
+
+    Per-sample randomness should come from ``sample_rng``; this only keeps stray global
+    randomness reproducible and different between workers.
+    """
+
+    def __init__(self, seed: int, user: Callable[[int], None] | None):
+        self.seed, self.user = seed, user
+
+    def __call__(self, worker_id: int) -> None:
+        # Objects inherited from the parent are not garbage here: keep the cyclic GC from
+        # traversing them, which writes to each and so copies every page they sit on.
+        import gc
+
+        gc.freeze()
+        s = sample_seed(self.seed, -2, worker_id)
+        random.seed(s)
+        try:
+            import numpy as np
+
+            np.random.seed(s % 2**32)
+        except ImportError:  # pragma: no cover - numpy is a dependency
+            pass
+        if self.user is not None:
+            self.user(worker_id)
+
+
+class DataLoader(TorchDataLoader):  # type: ignore[type-arg]
+    """A ``torch.utils.data.DataLoader`` over a flowdata pass.
+
+    Build one with ``Driver.dataloader(...)``. Iterating yields dicts keyed by output name.
+
+    Attributes:
+        stats: Results of the Collect nodes computed before the first batch (pass 1).
+        report: Samples seen and skipped, and per-node time and calls, from the workers.
+    """
+
+    def __init__(
+        self,
+        dataset: Any,
+        sampler: EpochBatches | None,
+        *,
+        num_workers: int = 0,
+        prefetch_factor: int | None = None,
+        pin_memory: bool = False,
+        persistent_workers: bool = False,
+        multiprocessing_context: Any = None,
+        worker_init_fn: Callable[[int], None] | None = None,
+        stats: Mapping[str, Any] | None = None,
+        recorder: Recorder | None = None,
+        progress: bool = False,
+        seed: int = 0,
+    ):
+        self.flow_dataset = dataset
+        if sampler is None:
+            dataset.emit_batches = True  # the stream yields whole collated batches to us
+        super().__init__(
+            dataset if sampler is None else BatchView(dataset),
+            batch_size=None if sampler is None else 1,
+            batch_sampler=sampler,
+            num_workers=num_workers,
+            collate_fn=_identity,
+            pin_memory=pin_memory,
+            prefetch_factor=prefetch_factor if num_workers > 0 else None,
+            # A streaming dataset reads its epoch and resume position when iterated, so its
+            # workers are started afresh each epoch.
+            persistent_workers=persistent_workers and num_workers > 0 and sampler is not None,
+            multiprocessing_context=multiprocessing_context if num_workers > 0 else None,
+            worker_init_fn=_WorkerInit(seed, worker_init_fn),
+            generator=torch.Generator().manual_seed(seed),
+        )
+        self.flow_sampler = sampler
+        self.seed = seed
+        self.stats: dict[str, Any] = dict(stats or {})
+        self.recorder = recorder if recorder is not None else Recorder(Report())
+        self.report = self.recorder.report
+        self.progress = progress
+        self._served = 0
+        self._epoch = 0
+        self._resume_at = 0  # set by load_state_dict for the next iteration only
+
+    @property
+    def streaming(self) -> bool:
+        """Whether the loader streams its source (an ``IterableDataset``) rather than indexing it."""
+        return self.flow_sampler is None
+
+    def set_epoch(self, epoch: int) -> None:
+        """Selects the epoch: it changes the shuffle and every ``sample_rng``.
+
+        Selecting the epoch a ``load_state_dict()`` restored keeps its position, so the
+        usual loop (``set_epoch(e)`` at the start of every epoch) resumes where it stopped.
+        """
+        if int(epoch) == self._epoch and self._resume_at:
+            return
+        self._epoch = int(epoch)
+        self._resume_at = 0
+        self._start_at(0)
+
+    def _start_at(self, batch: int) -> None:
+        if self.flow_sampler is not None:
+            self.flow_sampler.epoch = self._epoch
+            self.flow_sampler.start = batch
+        else:
+            self.flow_dataset.epoch = self._epoch
+            self.flow_dataset.skip_batches = batch
+        self._served = batch
+
+    @property
+    def epoch(self) -> int:
+        """The current epoch."""
+        return self._epoch
+
+    def __len__(self) -> int:
+        if self.flow_sampler is None:
+            raise TypeError("a streaming loader has no length: its source is not indexed")
+        return len(self.flow_sampler)
+
+    def __iter__(self) -> Iterator[Any]:  # type: ignore[override]
+        start, self._resume_at = self._resume_at, 0
+        self._start_at(start)
+        total = len(self.flow_sampler) if self.flow_sampler is not None else None
+        bar = progress_bar(self.progress, total, start, f"epoch {self._epoch}")
+        skipped_before = len(self.report.skipped)
+        try:
+            it = super().__iter__()
+            while True:
+                try:
+                    batch = next(it)
+                except StopIteration:
+                    break
+                self._account(batch)
+                self._served += 1
+                if bar is not None:
+                    bar.update(1)
+                yield batch.data
+        except (RuntimeError, ConnectionError, EOFError) as exc:
+            # torch reports a dead worker from its SIGCHLD handler or as a broken queue.
+            if isinstance(exc, RuntimeError) and "DataLoader worker" not in str(exc):
+                raise
+            error = None
+            for _ in range(3):  # torch's SIGCHLD handler may report the same death meanwhile
+                try:
+                    _forget_workers(it)
+                    error = self._worker_died(exc)
+                    break
+                except RuntimeError:
+                    continue
+            raise (error or self._worker_died(exc)) from exc
+        finally:
+            if bar is not None:
+                bar.close()
+        new = len(self.report.skipped) - skipped_before
+        if new:
+            _log.warning("epoch %d: %d samples skipped (%s)", self._epoch, new, self.report.summary())
+        self._start_at(0)
+
+    def _account(self, batch: Batch) -> None:
+        if batch.error is not None:
+            raise batch.error.with_traceback(None)
+        spec = self.flow_dataset.spec
+        try:
+            self.recorder.record(spec.group, spec.number, len(batch.indices), batch.node_seconds, batch.skipped,
+                                 batch.failure, batch.worker)
+        except FlowdataError as exc:
+            raise exc.with_traceback(None) from exc.__cause__
+
+    def _worker_died(self, exc: BaseException) -> FlowdataError:
+        ahead = max(1, self.num_workers * (self.prefetch_factor or 2))
+        held_batches = f"{self._served}..{self._served + ahead - 1}"
+        samples = ""
+        if self.flow_sampler is not None:
+            held = self.flow_sampler.batches()[self._served : self._served + ahead]
+            held_batches = f"{self._served}..{self._served + len(held) - 1}"
+            samples = f" (samples {_ranges(sorted(i for b in held for i in b))})"
+        return FlowdataError(
+            f"a DataLoader worker died ({describe(exc)}) while the loader waited for batch "
+            f"{self._served} of epoch {self._epoch}; the workers held batches {held_batches}{samples}\n"
+            "  fix: check memory use or native crashes in those samples' nodes; "
+            "driver.run_sample([...], index=...) runs one in this process"
+        )
+
+    def _identity_state(self) -> dict[str, Any]:
+        if self.flow_sampler is not None:
+            s = self.flow_sampler
+            return {
+                "streaming": False,
+                "seed": s.seed,
+                "shuffle": s.shuffle,
+                "batch_size": s.batch_size,
+                "num_samples": len(s.indices),
+                "rank": s.rank,
+                "world_size": s.world_size,
+                "drop_last": s.drop_last,
+            }
+        d: Any = self.flow_dataset
+        return {
+            "shuffle_buffer": d.shuffle_buffer,
+            "streaming": True,
+            "seed": d.seed,
+            "shuffle": d.shuffle,
+            "batch_size": d.batch_size,
+            "rank": d.rank,
+            "world_size": d.world_size,
+            "drop_last": d.drop_last,
+        }
+
+    def state_dict(self) -> dict[str, Any]:
+        """The position in the epoch (batches served so far), and what fixes the order."""
+        return {"version": 1, "epoch": self._epoch, "batches_served": self._served, **self._identity_state()}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Resumes at the batch after the last one served, without recomputing earlier ones.
+
+        The loader must have been built with the same data, seed, shuffle, batch size and
+        ranks; ``num_workers`` may differ.
+        """
+        mine = self._identity_state()
+        differ = {k: (state.get(k), v) for k, v in mine.items() if state.get(k) != v}
+        if differ:
+            what = ", ".join(f"{k}: saved {a!r}, now {b!r}" for k, (a, b) in differ.items())
+            raise FlowdataError(
+                f"cannot resume: this loader differs from the saved one ({what})\n"
+                "  fix: build the loader with the same data and arguments (num_workers may differ)"
+            )
+        self._epoch = int(state["epoch"])
+        self._resume_at = int(state["batches_served"])
+        self._start_at(self._resume_at)
+
+def _forget_workers(it: Any) -> None:
+    """Stops torch's SIGCHLD handler from reporting the same death again, later and anywhere.
+
+    The handler raises asynchronously in the main thread while the iterator's workers are
+    registered; unregister them and shut the iterator down now.
+    """
+    shutdown = getattr(it, "_shutdown_workers", None)
+    if shutdown is not None:
+        try:
+            shutdown()
+        except Exception:  # a broken queue or the handler's duplicate report
+            pass
+
+
+def _ranges(values: Sequence[int], limit: int = 12) -> str:
+    """``[1, 2, 3, 7]`` as ``"1-3, 7"`` (at most ``limit`` runs)."""
+    runs: list[list[int]] = []
+    for v in values:
+        if runs and v == runs[-1][1] + 1:
+            runs[-1][1] = v
+        else:
+            runs.append([v, v])
+    text = ", ".join(f"{a}-{b}" if a != b else f"{a}" for a, b in runs[:limit])
+    return text + (", ..." if len(runs) > limit else "")
+
+
+def progress_bar(enabled: bool, total: int | None, initial: int, desc: str, unit: str = "batch") -> Any:
+    if not enabled:
+        return None
+    from tqdm.auto import tqdm
+
+    return tqdm(total=total, initial=initial, desc=desc, unit=unit, leave=False)

@@ -1,0 +1,279 @@
+"""The torch datasets of the training iterator: a pass's per-sample work in DataLoader workers.
+
+Both compute *whole batches* with the engine's kernel (:func:`flowdata.run.kernel.run_chunk`),
+column by column, and rebuild the nodes once per worker process
+(:func:`flowdata.run.worker.nodes_for`); both pickle as plain data (module names, config,
+values), so they work under ``spawn``.
+
+- :class:`PassDataset` (map-style) holds the item index; the loader's sampler
+  (:class:`~flowdata.loader.order.EpochBatches`) decides which samples form each batch.
+- :class:`StreamDataset` (streaming: a ``Sequential`` source or ``streaming=True``) opens
+  the source in every worker; every worker forms the same global sequence of batches
+  (:func:`~flowdata.loader.order.stream_batches`), and a rank's ``j``-th batch is computed
+  by worker ``j % num_workers`` only. torch hands batches out from the workers in turn, so
+  every sample is delivered exactly once per epoch and a rank receives its batches in
+  order, identical for any number of workers (a naive ``IterableDataset`` yields every
+  item once *per worker*). Items should be light (paths, rows): every worker reads all of
+  them and computes only its own batches. Resume skips served batches by replaying only
+  the item bookkeeping.
+
+Failures travel back as data inside the :class:`~flowdata.loader.wire.Batch` (a failing
+sample, or a failing source as a ``NodeError``), for the loader to report through the
+engine's :class:`~flowdata.run.passes.Recorder`.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import Any
+
+from torch.utils.data import Dataset, IterableDataset, get_worker_info
+
+from flowdata.discover import Program
+from flowdata.errors import FlowdataError, NodeError, SampleError, describe, user_traceback
+from flowdata.node import Node
+from flowdata.run.kernel import ChunkResult, Failure, PassSpec, run_chunk
+from flowdata.run.passes import Recorder
+from flowdata.run.source import ItemIndex, as_source
+from flowdata.run.worker import nodes_for
+from flowdata.loader.order import stream_batches
+from flowdata.loader.wire import Batch, collate
+
+__all__ = ["BatchView", "PassDataset", "PassWork", "StreamDataset"]
+
+Collate = Callable[[list[dict[str, Any]]], Any]
+
+
+class PassWork:
+    """What both datasets compute: a pass's outputs for a batch of samples.
+
+    Pickles without the nodes, which each worker rebuilds from the program once.
+    """
+
+    def __init__(
+        self,
+        program: Program,
+        spec: PassSpec,
+        whole: Mapping[str, Any],
+        outputs: Sequence[str],
+        seed: int,
+        skip: bool,
+        collate_fn: Collate | None,
+        nodes: Mapping[str, Node] | None,
+    ):
+        self.program = program
+        self.spec = spec
+        self.whole = dict(whole)
+        self.outputs = tuple(outputs)
+        self.seed = seed
+        self.skip = skip
+        self.collate_fn = collate_fn
+        self._nodes = nodes
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        state["_nodes"] = None  # rebuilt from the program in the worker
+        return state
+
+    def _get_nodes(self) -> Mapping[str, Node]:
+        if self._nodes is None:
+            self._nodes = nodes_for(self.program)
+        return self._nodes
+
+    def columns(self, indices: list[int], items: list[Any], epoch: int) -> ChunkResult:
+        """The pass over samples, uncollated."""
+        info = get_worker_info()
+        worker = "main" if info is None else f"{info.id} (pid {os.getpid()})"
+        spec = PassSpec(self.spec.group, self.spec.number, self.spec.computes, self.outputs, seed=self.seed,
+                        epoch=epoch)
+        return run_chunk(self._get_nodes(), spec, self.whole, indices, items, worker=worker, skip=self.skip)
+
+    def batch(self, indices: list[int], items: list[Any], epoch: int) -> Batch:
+        """The pass over one batch of samples, collated (the loader's path)."""
+        result = self.columns(indices, items, epoch)
+        data: Any = result.columns
+        if result.failure is None:
+            data = collate(self.outputs, self.collate_fn, result.columns, len(result.indices))
+        return Batch.of(result, data)
+
+    def _rows(self, result: ChunkResult) -> list[dict[str, Any]]:
+        """One dict of outputs per sample; a failing or skipped sample raises ``SampleError``."""
+        failure = result.failure or (result.skipped[0] if result.skipped else None)
+        if failure is not None:
+            raise self.error(failure, result.worker)
+        return [{k: result.columns[k][n] for k in self.outputs} for n in range(len(result.indices))]
+
+    def error(self, failure: Failure, worker: str) -> SampleError | FlowdataError:
+        """The error of a failure, as the engine words it."""
+        from flowdata.report import Report
+
+        return Recorder(Report()).error(failure, self.spec.group, self.spec.number, worker)
+
+
+class PassDataset(PassWork, Dataset[dict[str, Any]]):
+    """The per-sample work of one pass as a map-style torch ``Dataset``.
+
+    Args:
+        program: How to rebuild the nodes (module names and config).
+        spec: The pass: nodes to compute and outputs to return.
+        whole: Whole values the pass reads (once nodes, inputs, statistics).
+        index: The group's items.
+        outputs: Output names, in batch order.
+        seed: Seed of ``sample_rng``.
+        skip: Leave failing samples out of the batch instead of failing it.
+        collate_fn: A user collate function taking a list of per-sample dicts, or None to
+            collate column by column (tensors stacked, numbers to tensors, strings to lists).
+        nodes: The nodes, in this process.
+    """
+
+    def __init__(
+        self,
+        program: Program,
+        spec: PassSpec,
+        whole: Mapping[str, Any],
+        index: ItemIndex,
+        outputs: Sequence[str],
+        seed: int,
+        skip: bool,
+        collate_fn: Collate | None = None,
+        nodes: Mapping[str, Node] | None = None,
+    ):
+        super().__init__(program, spec, whole, outputs, seed, skip, collate_fn, nodes)
+        self.index = index
+
+    def __len__(self) -> int:
+        return len(self.index)
+
+    def __getitem__(self, i: int) -> dict[str, Any]:
+        """One sample's outputs (epoch 0), as the nodes returned them (not collated)."""
+        return self.rows([int(i)], 0)[0]
+
+    def __getitems__(self, indices: Sequence[int]) -> list[dict[str, Any]]:
+        """Several samples' outputs, computed column by column (a plain torch DataLoader
+        calls this with a batch of indices, then its own ``collate_fn``)."""
+        return self.rows(list(indices), getattr(indices, "epoch", 0))
+
+    def rows(self, indices: list[int], epoch: int) -> list[dict[str, Any]]:
+        """Outputs of ``indices`` as one dict per sample; a failing sample raises ``SampleError``."""
+        return self._rows(self.columns(indices, self.index.take(indices), epoch))
+
+    def compute(self, indices: list[int], epoch: int) -> Batch:
+        """Runs the pass over ``indices`` and collates the outputs (the loader's path)."""
+        return self.batch(indices, self.index.take(indices), epoch)
+
+
+class BatchView(Dataset[Batch]):
+    """What ``flowdata.DataLoader`` fetches from: whole collated batches with their report."""
+
+    def __init__(self, base: PassDataset):
+        self.base = base
+
+    def __len__(self) -> int:
+        return len(self.base)
+
+    def __getitems__(self, indices: Sequence[int]) -> Batch:
+        return self.base.compute(list(indices), getattr(indices, "epoch", 0))
+
+    def __getitem__(self, i: int) -> Batch:
+        return self.base.compute([int(i)], 0)
+
+
+class StreamDataset(PassWork, IterableDataset[Any]):
+    """A streaming pass: the source is opened in each worker (see the module docstring).
+
+    Args:
+        program: How to rebuild the nodes in a worker.
+        spec: The pass (the group's last pass, which yields the outputs).
+        whole: Whole values the pass and the source read.
+        outputs: Output names.
+        seed: Seed of the shuffle buffer and of ``sample_rng``.
+        skip: Leave failing samples out instead of failing the batch.
+        collate_fn: Optional user collate function over a list of per-sample dicts.
+        batch_size: Samples per batch.
+        drop_last: Drop the last incomplete batch.
+        shuffle: Pass items through a seeded shuffle buffer.
+        shuffle_buffer: Items the buffer holds.
+        rank: This process's rank.
+        world_size: Number of ranks.
+        nodes: The nodes, in this process.
+    """
+
+    def __init__(
+        self,
+        program: Program,
+        spec: PassSpec,
+        whole: Mapping[str, Any],
+        outputs: Sequence[str],
+        *,
+        seed: int,
+        skip: bool,
+        collate_fn: Collate | None,
+        batch_size: int,
+        drop_last: bool,
+        shuffle: bool,
+        shuffle_buffer: int,
+        rank: int,
+        world_size: int,
+        nodes: Mapping[str, Node] | None = None,
+    ):
+        super().__init__(program, spec, whole, outputs, seed, skip, collate_fn, nodes)
+        self.batch_size = batch_size
+        self.drop_last = drop_last
+        self.shuffle = shuffle
+        self.shuffle_buffer = max(1, shuffle_buffer)
+        self.rank = rank
+        self.world_size = world_size
+        self.epoch = 0
+        self.skip_batches = 0  # batches already served (resume), across workers
+        self.exclude: frozenset[int] = frozenset()  # samples skipped in an earlier pass
+        self.emit_batches = False  # flowdata.DataLoader asks for collated batches
+
+    def _items(self) -> Iterator[Any]:
+        source = self._get_nodes()[self.spec.group]
+        kwargs = {p.name: self.whole[p.name] for p in source.params if p.name in self.whole}
+        try:
+            value = source.fn(**kwargs)
+        except Exception as exc:
+            raise NodeError(source.name, source.location, describe(exc)) from exc.with_traceback(
+                user_traceback(exc.__traceback__)
+            )
+        return as_source(source, value).open()
+
+    def batches(self) -> Iterator[tuple[int, list[int], list[Any]]]:
+        """This rank's batches of the epoch, ``(number on this rank, indices, items)``, not computed."""
+        return stream_batches(
+            self._items(), batch_size=self.batch_size, drop_last=self.drop_last, shuffle=self.shuffle,
+            shuffle_buffer=self.shuffle_buffer, seed=self.seed, epoch=self.epoch, rank=self.rank,
+            world_size=self.world_size, exclude=self.exclude,
+        )
+
+    def __iter__(self) -> Iterator[Any]:
+        """Collated :class:`Batch` objects for ``flowdata.DataLoader``; for any other consumer,
+        one dict of outputs per sample (as the nodes returned them)."""
+        for batch in self._computed():
+            if self.emit_batches:
+                yield batch
+            elif batch.error is not None:
+                raise batch.error
+            else:
+                yield from batch.data
+
+    def _computed(self) -> Iterator[Batch]:
+        info = get_worker_info()
+        worker, workers = (0, 1) if info is None else (info.id, info.num_workers)
+        start = self.skip_batches
+        try:
+            for j, indices, items in self.batches():
+                # torch asks the workers in turn, starting with worker 0: worker w makes the
+                # batches start + w, start + w + workers, ... so they arrive in order.
+                if j < start or (j - start) % workers != worker:
+                    continue  # another worker's, or served before the resume: not computed
+                if self.emit_batches:
+                    yield self.batch(indices, items, self.epoch)
+                else:
+                    yield Batch(self._rows(self.columns(indices, items, self.epoch)), [], [], None, {}, "")
+        except FlowdataError as exc:
+            # A failing source: sent as data, so that the loader raises it as it is (torch
+            # re-raises a worker's exception as a RuntimeError of its text).
+            yield Batch(None, [], [], None, {}, "", error=exc)

@@ -1,0 +1,158 @@
+"""The order of an epoch: which samples form each batch, decided in one place.
+
+- :class:`EpochBatches` (map-style): a permutation seeded by (seed, epoch), sharded
+  across ranks, cut into batches, in the main process. It is the only source of order, so
+  batches are identical for any number of workers, and a resumed loader starts at batch
+  ``k`` without computing the ``k`` batches before it.
+- :func:`stream_batches` (streaming): every process forms the same global sequence of
+  batches from the items -- consecutive items, or items passed through a bounded shuffle
+  buffer seeded from (seed, epoch) -- and global batch ``b`` belongs to rank
+  ``b % world_size``.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import torch
+from torch.utils.data import Sampler
+
+from flowdata.errors import FlowdataError
+from flowdata.sample import sample_seed
+
+__all__ = ["EpochBatches", "stream_batches"]
+
+
+class EpochIndices(list[int]):
+    """A batch's sample indices, carrying the epoch to the worker (for ``sample_rng``)."""
+
+    epoch: int = 0
+
+
+class EpochBatches(Sampler[list[int]]):
+    """Which samples form each batch of an epoch, for one rank.
+
+    Every epoch, the sample indices (minus those skipped in earlier passes) are permuted
+    with a generator seeded from (seed, epoch) when ``shuffle``, then dealt to ranks in
+    turn (rank ``r`` takes positions ``r, r + world_size, ...``), then cut into batches.
+    Every sample appears exactly once per epoch across ranks; ranks differ by at most one
+    sample (so by at most one batch). ``drop_last`` drops the last ``len % (batch_size *
+    world_size)`` samples of the permutation, so that every rank gets the same number of
+    full batches.
+    """
+
+    def __init__(
+        self,
+        indices: Sequence[int],
+        batch_size: int,
+        *,
+        shuffle: bool,
+        seed: int,
+        rank: int = 0,
+        world_size: int = 1,
+        drop_last: bool = False,
+    ):
+        if batch_size < 1:
+            raise FlowdataError(f"batch_size={batch_size}: expected a positive number")
+        if not 0 <= rank < world_size:
+            raise FlowdataError(f"rank={rank} is not in range for world_size={world_size}")
+        self.indices = torch.as_tensor(list(indices), dtype=torch.int64)
+        self._contiguous = bool(torch.equal(self.indices, torch.arange(len(self.indices))))
+        self.batch_size = batch_size
+        self.shuffle = shuffle
+        self.seed = seed
+        self.rank = rank
+        self.world_size = world_size
+        self.drop_last = drop_last
+        self.epoch = 0
+        self.start = 0  # first batch of the next iteration (resume)
+
+    def _mine(self) -> torch.Tensor:
+        order = self.indices
+        if self.shuffle:
+            g = torch.Generator()
+            g.manual_seed(sample_seed(self.seed, self.epoch, -1))
+            perm = torch.randperm(len(order), generator=g)
+            # With no sample skipped the indices are 0..n-1 and the permutation is the order.
+            order = perm if self._contiguous else order[perm]
+        if self.drop_last:
+            # Every rank gets the same number of full batches (a DDP step waits for all
+            # ranks): the last, partial round of batches is dropped for everyone.
+            per_round = self.batch_size * self.world_size
+            order = order[: len(order) - len(order) % per_round]
+        return order[self.rank :: self.world_size]
+
+    def batches(self) -> list[list[int]]:
+        """Every batch of this epoch for this rank."""
+        mine = self._mine().tolist()
+        cut = [mine[i : i + self.batch_size] for i in range(0, len(mine), self.batch_size)]
+        if self.drop_last and cut and len(cut[-1]) < self.batch_size:
+            cut.pop()
+        return cut
+
+    def __len__(self) -> int:
+        # A count needs no permutation (this runs at every epoch start, besides batches()).
+        n = len(self.indices)
+        if self.drop_last:
+            n -= n % (self.batch_size * self.world_size)
+        n = max(0, -(-(n - self.rank) // self.world_size))
+        return n // self.batch_size if self.drop_last else -(-n // self.batch_size)
+
+    def __iter__(self) -> Iterator[list[int]]:
+        start, self.start = self.start, 0
+        for batch in self.batches()[start:]:
+            out = EpochIndices(batch)
+            out.epoch = self.epoch
+            yield out
+
+
+def stream_batches(
+    items: Iterator[Any],
+    *,
+    batch_size: int,
+    drop_last: bool,
+    shuffle: bool,
+    shuffle_buffer: int,
+    seed: int,
+    epoch: int,
+    rank: int,
+    world_size: int,
+    exclude: frozenset[int] = frozenset(),
+) -> Iterator[tuple[int, list[int], list[Any]]]:
+    """One rank's batches of a streamed epoch: ``(number on this rank, indices, items)``.
+
+    Samples in ``exclude`` (skipped in an earlier pass) are left out. Only the item
+    bookkeeping happens here; nothing is computed.
+    """
+    stream: Iterator[tuple[int, Any]] = ((i, x) for i, x in enumerate(items) if i not in exclude)
+    if shuffle:
+        stream = _shuffled(stream, max(1, shuffle_buffer), random.Random(sample_seed(seed, epoch, -3)))
+    b = 0
+    indices: list[int] = []
+    batch: list[Any] = []
+    for i, x in stream:
+        indices.append(i)
+        batch.append(x)
+        if len(indices) == batch_size:
+            if b % world_size == rank:
+                yield b // world_size, indices, batch
+            indices, batch = [], []
+            b += 1
+    if indices and not drop_last and b % world_size == rank:
+        yield b // world_size, indices, batch
+
+
+def _shuffled(stream: Iterator[tuple[int, Any]], size: int, rng: random.Random) -> Iterator[tuple[int, Any]]:
+    """A bounded shuffle buffer: fill it, then emit a random element for each new one."""
+    buffer: list[tuple[int, Any]] = []
+    for entry in stream:
+        if len(buffer) < size:
+            buffer.append(entry)
+            continue
+        j = rng.randrange(size)
+        buffer[j], entry = entry, buffer[j]
+        yield entry
+    rng.shuffle(buffer)
+    yield from buffer

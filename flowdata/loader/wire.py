@@ -1,0 +1,126 @@
+"""What crosses from a DataLoader worker to the loader: one message per batch.
+
+A :class:`Batch` is the collated batch plus what happened computing it (samples
+delivered and skipped, a failure, node timings, which worker). Small tensors travel inline
+through the pipe as numpy arrays; collation is column by column.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import torch
+from torch.utils.data._utils.collate import default_collate
+
+from flowdata.run.kernel import ChunkResult, Failure
+
+__all__ = ["INLINE_BYTES", "Batch", "collate"]
+
+
+class Batch:
+    """What a worker sends back: the collated batch and what happened computing it."""
+
+    __slots__ = ("data", "indices", "skipped", "failure", "node_seconds", "worker", "error")
+
+    def __init__(
+        self,
+        data: Any,
+        indices: list[int],
+        skipped: list[Failure],
+        failure: Failure | None,
+        node_seconds: dict[str, float],
+        worker: str,
+        error: BaseException | None = None,
+    ):
+        self.data = data
+        self.indices = indices
+        self.skipped = skipped
+        self.failure = failure
+        self.node_seconds = node_seconds
+        self.worker = worker
+        self.error = error  # a flowdata error raised outside the samples (a failing source)
+
+    @classmethod
+    def of(cls, result: ChunkResult, data: Any) -> Batch:
+        """A batch of a computed chunk, carrying ``data`` (collated or rows)."""
+        return cls(data, list(result.indices), result.skipped, result.failure, result.node_seconds, result.worker)
+
+    def __reduce__(self) -> Any:
+        # Small tensors travel inline through the pipe as numpy arrays: torch's shared-memory
+        # hand-off (a file descriptor per storage, received, opened and mapped) costs hundreds
+        # of µs per tensor, far more than copying a few KB.
+        return (_rebuild_batch, (_to_wire(self.data), self.indices, self.skipped, self.failure,
+                                 self.node_seconds, self.worker, self.error))
+
+    def pin_memory(self) -> Batch:
+        """Pins the batch's tensors (used by the DataLoader's pin-memory thread)."""
+        from torch.utils.data._utils.pin_memory import pin_memory
+
+        self.data = pin_memory(self.data)  # type: ignore[no-untyped-call]
+        return self
+
+
+INLINE_BYTES = 1 << 20
+
+
+class _Inline:
+    """A small tensor's values, pickled by value (as a numpy array)."""
+
+    __slots__ = ("array",)
+
+    def __init__(self, array: Any):
+        self.array = array
+
+
+def _to_wire(x: Any) -> Any:
+    if type(x) is torch.Tensor:
+        if (x.device.type == "cpu" and x.layout == torch.strided and not x.requires_grad
+                and x.nbytes <= INLINE_BYTES and not x.is_conj() and not x.is_neg()):
+            try:
+                return _Inline(x.numpy())
+            except (TypeError, RuntimeError):  # a dtype numpy cannot hold (bfloat16, float8, ...)
+                return x
+        return x
+    if type(x) is dict:
+        return {k: _to_wire(v) for k, v in x.items()}
+    if type(x) in (list, tuple):
+        return type(x)(_to_wire(v) for v in x)
+    return x
+
+
+def _from_wire(x: Any) -> Any:
+    if type(x) is _Inline:
+        return torch.from_numpy(x.array)
+    if type(x) is dict:
+        return {k: _from_wire(v) for k, v in x.items()}
+    if type(x) in (list, tuple):
+        return type(x)(_from_wire(v) for v in x)
+    return x
+
+
+def _rebuild_batch(data: Any, *rest: Any) -> Batch:
+    return Batch(_from_wire(data), *rest)
+
+
+def collate_column(column: list[Any]) -> Any:
+    """A column collated; a small tensor batch is stacked in ordinary memory (in a worker,
+    default_collate allocates shared memory, which pays off only for big batches)."""
+    first = column[0]
+    if type(first) is torch.Tensor and first.nbytes * len(column) <= INLINE_BYTES:
+        try:
+            return torch.stack(column)
+        except (RuntimeError, TypeError):
+            pass
+    return default_collate(column)  # type: ignore[no-untyped-call]
+
+
+def collate(
+    outputs: Sequence[str], collate_fn: Callable[[list[dict[str, Any]]], Any] | None, columns: Mapping[str, list[Any]], n: int
+) -> Any:
+    if collate_fn is not None:
+        rows = [{k: columns[k][i] for k in outputs} for i in range(n)]
+        return collate_fn(rows)
+    if n == 0:
+        return {k: [] for k in outputs}
+    return {k: collate_column(columns[k]) for k in outputs}

@@ -1,0 +1,86 @@
+"""The pass cache seen from the engine: the key of a pass's reductions, loading, storing.
+
+Storage, digests and file fingerprints live in :mod:`flowdata.cache`; this module decides
+what a pass's key covers (see that module's docstring) and restores reducers from it.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from flowdata.cache import PassCache, digest, source_text
+from flowdata.discover import Program
+from flowdata.node import Node
+from flowdata.plan import GroupPlan, PassPlan
+from flowdata.run.kernel import FoldSpec
+from flowdata.run.source import Source
+
+__all__ = ["ReductionCache"]
+
+_log = logging.getLogger("flowdata")
+
+
+class ReductionCache:
+    """The reductions of passes, kept in a :class:`~flowdata.cache.PassCache`.
+
+    Args:
+        store: Where entries live.
+        nodes: The graph's nodes.
+        program: The program (its config is part of every key).
+    """
+
+    def __init__(self, store: PassCache, nodes: Mapping[str, Node], program: Program):
+        self.store = store
+        self.nodes = nodes
+        self.program = program
+        self._bases: dict[tuple[str, int], str] = {}
+
+    def key(
+        self,
+        group: GroupPlan,
+        pass_: PassPlan,
+        folds: Sequence[FoldSpec],
+        whole: Mapping[str, Any],
+        open_source: Callable[[], Source],
+        chained: bool,
+    ) -> str | None:
+        """The key of a pass's reductions, or None when the pass cannot be cached."""
+        if group.kind == "sequential" or chained:
+            return None  # endless streams and sources fed by another group are not fingerprinted
+        base = self._bases.get((group.source, pass_.number))
+        if base is None:
+            items_digest, count = open_source().fingerprint()
+            code = [source_text(self.nodes[n].origin) for n in (group.source, *pass_.computes)]
+            base = self._bases[(group.source, pass_.number)] = digest(
+                ["flowdata-pass", 2, group.source, pass_.number, items_digest, count, code,
+                 sorted(whole.items()), sorted(self.program.config.items(), key=repr)]
+            )
+        parts = [
+            (f.node, f.column, source_text(self.nodes[f.node].origin),
+             f"{f.reducer.cls.__module__}.{f.reducer.cls.__qualname__}", sorted(f.reducer.options.items()),
+             sorted(f.options.items()))
+            for f in folds
+        ]
+        return digest([base, parts])
+
+    def load(self, key: str, folds: Sequence[FoldSpec], where: str) -> dict[str, Any] | None:
+        """The reducers stored under ``key``, or None (missing, corrupt, or not restorable)."""
+        if any(getattr(f.reducer.cls, "from_state_dict", None) is None for f in folds):
+            return None
+        states = self.store.load(key, [f.node for f in folds])
+        if states is None:
+            return None
+        reducers = {f.node: f.reducer.cls.from_state_dict(states[f.node]) for f in folds}
+        _log.info("%s skipped: %s loaded from the cache (key %s)", where, ", ".join(reducers), key[:12])
+        return reducers
+
+    def save(self, key: str, folds: Sequence[FoldSpec], reducers: Mapping[str, Any], where: str,
+             about: Mapping[str, Any]) -> None:
+        """Stores the reducers of a pass under ``key`` (those that can be restored)."""
+        if any(not hasattr(f.reducer.cls, "from_state_dict") for f in folds):
+            return
+        states = {f.node: reducers[f.node].state_dict() for f in folds}
+        entry = self.store.store(key, states, about)
+        _log.info("%s: %s stored in the cache at %s", where, ", ".join(states), entry)

@@ -1,0 +1,209 @@
+"""The pass engine: source -> chunks -> executor -> checked chunks, for every kind of run.
+
+:class:`Engine` runs one pass of a group: it cuts the source's items into chunks
+(:mod:`~flowdata.run.chunking`), maps :func:`~flowdata.run.worker.run_task` over them on
+the executor it was given -- any executor, the inline one included, behind one contract --
+with the pass sent once as a :class:`~flowdata.run.worker.PassContext`, and yields the
+computed chunks in sample order, each checked by the :class:`Recorder`. ``execute()``,
+``run_sample()`` and the statistics pass of both loaders run their passes here; the
+loaders' epochs run the same kernel in DataLoader workers and hand their batches to the
+same :class:`Recorder`.
+
+:class:`Recorder` is the one place where the outcome of computing samples becomes an
+error or a skip record: it applies the ``on_error`` policy, keeps which samples were
+skipped (so every later pass and epoch leaves them out alike), logs each skip once, and
+fills the :class:`~flowdata.report.Report`.
+
+A ``Sequential`` group runs in the calling thread, one sample per chunk, in order (its
+samples may depend on what a consumer did with the previous one).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from collections import deque
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import Any, Literal
+
+from flowdata.discover import Program
+from flowdata.errors import InputError, NodeError, SampleError
+from flowdata.node import Node
+from flowdata.report import Report, Skip
+from flowdata.run.chunking import MAX_CHUNK, ChunkSizer, chunked
+from flowdata.run.executors import Executor, InlineExecutor
+from flowdata.run.kernel import ChunkResult, Failure, PassSpec
+from flowdata.run.source import Source
+from flowdata.run.worker import PassContext, Task, run_task
+
+__all__ = ["Engine", "OnError", "Recorder", "on_error_mode"]
+
+_log = logging.getLogger("flowdata")
+
+OnError = Literal["raise", "skip"]
+_INLINE = InlineExecutor()
+
+
+def on_error_mode(value: object) -> OnError:
+    """``on_error=`` checked once, where a call begins."""
+    if value == "raise" or value == "skip":
+        return value
+    raise InputError(f"on_error={value!r}: expected 'raise' or 'skip'")
+
+
+class Recorder:
+    """Turns computed samples into report entries, skip records or errors (one policy).
+
+    Args:
+        report: Where counts, timings and skips go.
+        on_error: ``"raise"``: a failing sample is a ``SampleError``; ``"skip"``: it is
+            left out of every pass and epoch alike, logged once and reported.
+    """
+
+    def __init__(self, report: Report, on_error: OnError = "raise"):
+        self.report = report
+        self.on_error = on_error
+        self._skips: dict[str, set[int]] = {}
+        self._logged: set[tuple[str, int]] = set()
+        self.on_samples: Callable[[int], None] | None = None  # progress, per chunk
+
+    @property
+    def skip(self) -> bool:
+        """Whether failing samples are left out."""
+        return self.on_error == "skip"
+
+    def skipped(self, group: str) -> frozenset[int]:
+        """The samples of ``group`` skipped so far."""
+        return frozenset(self._skips.get(group, ()))
+
+    def check(self, group: str, pass_: int, result: ChunkResult) -> ChunkResult:
+        """Records a chunk; raises its failure, if it has one."""
+        self.record(group, pass_, len(result.indices), result.node_seconds, result.skipped, result.failure,
+                    result.worker)
+        return result
+
+    def record(
+        self,
+        group: str,
+        pass_: int,
+        delivered: int,
+        node_seconds: dict[str, float],
+        skipped: Sequence[Failure],
+        failure: Failure | None,
+        worker: str,
+    ) -> None:
+        """Records samples computed together (a chunk or a batch); raises a failure."""
+        skips = [Skip(f.index, f.item, f.node, f.detail, group, pass_) for f in skipped]
+        if skips:
+            self._skips.setdefault(group, set()).update(s.index for s in skips)
+            for s in skips:
+                if (s.group, s.index) not in self._logged:
+                    self._logged.add((s.group, s.index))
+                    _log.warning("group '%s', pass %d: skipped %s (worker %s)", group, pass_, s, worker)
+        self.report.add(group, delivered, node_seconds, skips)
+        if self.on_samples is not None:
+            self.on_samples(delivered + len(skips))
+        if failure is not None:
+            raise self.error(failure, group, pass_, worker)
+
+    def error(self, f: Failure, group: str, pass_: int, worker: str) -> NodeError:
+        """The error a failure raises, with the user's exception as its cause."""
+        cause = f.error if f.error is not None else RuntimeError(f.detail)
+        err: NodeError
+        if f.reduction:
+            err = NodeError(f.node, f.location, f"{f.detail} (while folding {f.item})")
+        else:
+            err = SampleError(f.node, f.location, f.detail, index=f.index, item=f.item, group=group,
+                              pass_=pass_, worker=worker)
+            if worker != "main" and f.traceback_text:
+                cause.add_note(f"traceback in worker {worker}:\n{f.traceback_text.rstrip()}")
+        err.__cause__ = cause
+        return err
+
+
+class Engine:
+    """Runs passes over sources for one call (see the module docstring).
+
+    Args:
+        program: How other processes rebuild the nodes.
+        nodes: The nodes, in this process.
+        executor: Where chunks of a ``Parallel`` group run.
+        recorder: The policy and the report.
+        chunk_size: Fixed samples per chunk, or None to adapt.
+        rank: This process's rank among ``world_size``.
+        world_size: Number of ranks.
+    """
+
+    def __init__(
+        self,
+        program: Program,
+        nodes: Mapping[str, Node],
+        executor: Executor,
+        recorder: Recorder,
+        chunk_size: int | None = None,
+        rank: int = 0,
+        world_size: int = 1,
+    ):
+        self.program = program
+        self.nodes = nodes
+        self.executor = executor
+        self.recorder = recorder
+        self.chunk_size = chunk_size
+        self.rank = rank
+        self.world_size = world_size
+
+    def stream(self, kind: str, spec: PassSpec, whole: Mapping[str, Any], source: Source) -> Iterator[ChunkResult]:
+        """The checked chunks of one pass over ``source``, in sample order, lazily.
+
+        Args:
+            kind: The group's kind, ``"parallel"`` or ``"sequential"``.
+            spec: The pass.
+            whole: Whole values it reads.
+            source: The group's items.
+        """
+        items = source.open()
+        group = spec.group
+        try:
+            sequential = kind == "sequential"
+            # Items stay here: workers hand back computed columns only.
+            remote = dataclasses.replace(spec, want=tuple(w for w in spec.want if w != group))
+            context = PassContext(self.program, remote, whole, self.recorder.skip, nodes=self.nodes)
+            # A pass that computes nothing per sample needs no round trip for its items.
+            executor = _INLINE if sequential or not spec.computes else self.executor
+            sizer = ChunkSizer(1 if sequential else self.chunk_size, MAX_CHUNK, align=bool(spec.folds))
+            in_flight: deque[tuple[Sequence[int], list[Any]]] = deque()
+
+            def tasks() -> Iterator[Task]:
+                for span, idx, chunk in chunked(items, sizer.next_size, self.recorder.skipped(group)):
+                    in_flight.append((idx, chunk))
+                    yield Task(span, idx, chunk)
+
+            results = executor.map(run_task, tasks(), context=context)
+            try:
+                for result in results:
+                    idx, chunk = in_flight.popleft()
+                    if group in spec.want and result.failure is None:
+                        kept = len(result.indices) == len(idx)
+                        result.columns[group] = chunk if kept else _kept(idx, chunk, result.indices)
+                    sizer.observe(result.seconds, len(chunk), result.sample_bytes)
+                    del chunk
+                    yield self.recorder.check(group, spec.number, result)
+            finally:
+                close = getattr(results, "close", None)
+                if close is not None:
+                    close()
+        finally:
+            close_items = getattr(items, "close", None)
+            if close_items is not None:
+                close_items()
+
+    def one(self, spec: PassSpec, whole: Mapping[str, Any], index: int, item: Any) -> ChunkResult:
+        """One sample through a pass, in this process (``run_sample()``)."""
+        context = PassContext(self.program, spec, whole, False, nodes=self.nodes)
+        result = run_task(context, Task((index, index + 1), [index], [item]))
+        return self.recorder.check(spec.group, spec.number, result)
+
+
+def _kept(indices: Sequence[int], items: list[Any], kept: Sequence[int]) -> list[Any]:
+    keep = set(kept)
+    return [x for i, x in zip(indices, items, strict=True) if i in keep]

@@ -1,0 +1,349 @@
+"""The local scheduler behind ``Driver.execute()`` and ``Driver.run_sample()``.
+
+How a call runs
+---------------
+Values are computed on demand, starting from the requested outputs:
+
+- a **once node** is called when first needed, with its whole-valued arguments;
+- a **Collect node** of group ``g`` fed by pass ``k`` is computed by *running that pass*:
+  every needed, not yet computed Collect node fed by the same pass is computed in the same
+  run, so the samples are computed once for all of them (one shared pass);
+- a **pass** first computes the whole values it reads (once nodes, inputs, and Collect
+  results of earlier passes, which recursively runs those passes), then opens the source
+  and streams its samples through the :class:`~flowdata.run.passes.Engine`.
+
+Every Collect node fed by a pass reads one shared stream of its chunks (see
+:mod:`flowdata.run.consumers`): plain Collect functions each in their own thread,
+reductions together in one more (see :mod:`flowdata.run.folding`). A Collect function
+that stops early stops the upstream work, unless a reduction still needs every sample.
+
+A source that takes ``Collect[...]`` parameters closes one group and opens the next: when
+its own group is opened, the closed group's pass is run as a stream feeding it.
+
+The training iterator builds on the same object: it asks for the whole values a pass
+reads (:meth:`Run.pass_whole`, statistics included) and opens sources through
+:meth:`Run.open_source`, so both see the same values, errors and skips.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from itertools import islice
+from typing import Any
+
+from flowdata.cache import PassCache
+from flowdata.discover import Program
+from flowdata.errors import InputError, NodeError, describe, user_traceback
+from flowdata.graph import Graph
+from flowdata.node import Node, Role
+from flowdata.plan import Analysis, GroupPlan, PassPlan, Plan
+from flowdata.report import Report
+from flowdata.run.cache import ReductionCache
+from flowdata.run.consumers import JobThread, Tee, call_collect, collect_arguments, reduce_all, run_jobs
+from flowdata.run.executors import InlineExecutor, resolve_executor
+from flowdata.run.folding import Folder
+from flowdata.run.kernel import ChunkResult, FoldSpec, PassSpec
+from flowdata.run.passes import Engine, OnError, Recorder
+from flowdata.run.source import IndexSource, IterableSource, as_source
+
+__all__ = ["Run", "execute", "run_sample"]
+
+
+class Run:
+    """One call: its values and how to compute them.
+
+    Args:
+        graph: The graph.
+        analysis: Roles and groups.
+        plan: What the call computes.
+        values: Inputs and overrides supplied by the caller.
+        engine: Runs the passes (executor, error policy, report).
+        cache: Where reduction results are kept between calls, or None.
+    """
+
+    def __init__(
+        self,
+        graph: Graph,
+        analysis: Analysis,
+        plan: Plan,
+        values: Mapping[str, Any],
+        engine: Engine,
+        cache: ReductionCache | None = None,
+    ):
+        self.graph = graph
+        self.analysis = analysis
+        self.plan = plan
+        self.values: dict[str, Any] = dict(values)
+        self.engine = engine
+        self.cache = cache
+        self.reducers: dict[str, Any] = {}
+        self._sources: dict[str, IndexSource] = {}
+
+    # --- whole values ---------------------------------------------------------------------
+
+    def value(self, name: str) -> Any:
+        """The whole value ``name`` (input, override, once node or Collect result)."""
+        if name in self.values:
+            return self.values[name]
+        role = self.analysis.roles.get(name)
+        if role is Role.ONCE:
+            node = self.graph.nodes[name]
+            kwargs = self._whole_args(node)
+            try:
+                self.values[name] = node.fn(**kwargs)
+            except Exception as exc:
+                raise _node_error(node, exc) from exc.with_traceback(user_traceback(exc.__traceback__))
+        elif role is Role.COLLECT:
+            group = self.plan.group(self.analysis.group_of[name])
+            self._run_pass(group, group.pass_of(name))
+        else:
+            raise InputError(f"'{name}' is not a whole value in this call")
+        return self.values[name]
+
+    def _whole_args(self, node: Node, skip_collect: bool = False) -> dict[str, Any]:
+        kwargs = {}
+        for p in node.params:
+            if skip_collect and p.collect:
+                continue
+            if p.name in self.values or p.name in self.graph.nodes:
+                kwargs[p.name] = self.value(p.name)
+            elif not p.optional:
+                raise InputError(f"missing input '{p.name}' for '{node.name}' ({node.location})")
+        return kwargs
+
+    def pass_whole(self, pass_: PassPlan) -> dict[str, Any]:
+        """The whole values a pass reads (computing them, earlier passes included)."""
+        return {n: self.value(n) for n in pass_.needs if n in self.graph.nodes or n in self.values}
+
+    def collected(self) -> dict[str, Any]:
+        """The Collect results computed so far (what a loader shows as ``stats``)."""
+        return {name: self.values[name] for g in self.plan.groups for name in g.collects if name in self.values}
+
+    # --- sources --------------------------------------------------------------------------
+
+    def use_source(self, group: str, source: IndexSource) -> None:
+        """Reads ``group``'s items from ``source`` from now on (an index built from them)."""
+        self._sources[group] = source
+
+    def open_source(self, group: GroupPlan) -> IndexSource | IterableSource:
+        """Calls the source function; a source that collects is fed by the group it closes."""
+        if group.source in self._sources:
+            return self._sources[group.source]
+        node = self.graph.nodes[group.source]
+        whole = self.pass_whole(group.passes[0])
+        kwargs = {p.name: whole[p.name] for p in node.params if not p.collect and p.name in whole}
+        closed = self.analysis.closes.get(node.name)
+        cleanup: Callable[[], None] = _nothing
+        if closed is not None:
+            kwargs, cleanup = self._feed_from(closed, node, kwargs)
+        try:
+            value = node.fn(**kwargs)
+            source = as_source(node, value)
+        except NodeError:
+            cleanup()
+            raise
+        except Exception as exc:
+            cleanup()
+            raise _node_error(node, exc) from exc.with_traceback(user_traceback(exc.__traceback__))
+        if cleanup is _nothing:
+            return source
+        if isinstance(source, IndexSource):
+            cleanup()  # the function has read what it wanted
+            return source
+        return IterableSource(node, _then(source.open(), cleanup))
+
+    def _feed_from(
+        self, closed: str, source: Node, kwargs: dict[str, Any]
+    ) -> tuple[dict[str, Any], Callable[[], None]]:
+        """Streams a pass of group ``closed`` into the Collect parameters of ``source``.
+
+        Other Collect nodes fed by the same pass and not yet computed share the stream.
+        """
+        group = self.plan.group(closed)
+        pass_ = group.pass_of(source.name)
+        plain, folds = self._consumers(pass_, exclude=source.name)
+        jobs = self._jobs(plain, folds)
+        tee = Tee(self._chunks(group, pass_, [source, *plain], folds), readers=1 + len(jobs))
+        threads = [JobThread(job, tee, i + 1) for i, job in enumerate(jobs)]
+        for t in threads:
+            t.start()
+        try:
+            kwargs = {**kwargs, **collect_arguments(source, tee, 0)}
+        except BaseException:
+            tee.close(0)
+            raise
+        done = False
+
+        def cleanup() -> None:
+            nonlocal done
+            if done:
+                return
+            done = True
+            tee.close(0)
+            for t in threads:
+                t.join()
+            for t in threads:
+                t.reraise()
+            self._keep(plain, folds, [t.result for t in threads])
+
+        return kwargs, cleanup
+
+    # --- passes ---------------------------------------------------------------------------
+
+    def _run_pass(self, group: GroupPlan, pass_: PassPlan) -> None:
+        plain, folds = self._consumers(pass_)
+        key = None
+        if self.cache is not None and folds:
+            key = self.cache.key(group, pass_, folds, self.pass_whole(pass_), lambda: self.open_source(group),
+                                 chained=group.source in self.analysis.closes)
+            loaded = self.cache.load(key, folds, _where(group, pass_)) if key is not None else None
+            if loaded is not None:
+                self._keep([], folds, [loaded])
+                folds = []
+        if not plain and not folds:
+            return
+        tee = Tee(self._chunks(group, pass_, plain, folds), readers=len(plain) + (1 if folds else 0))
+        results = run_jobs(self._jobs(plain, folds), tee)
+        self._keep(plain, folds, results)
+        if self.cache is not None and key is not None and folds:
+            self.cache.save(key, folds, self.reducers, _where(group, pass_),
+                            {"group": group.source, "pass": pass_.number})
+
+    def _consumers(self, pass_: PassPlan, exclude: str = "") -> tuple[list[Node], list[FoldSpec]]:
+        """The Collect nodes a pass still has to feed: plain ones, and reductions."""
+        plain: list[Node] = []
+        folds: list[FoldSpec] = []
+        for c in pass_.feeds:
+            if c == exclude or c in self.values or self.analysis.roles[c] is not Role.COLLECT:
+                continue
+            node = self.graph.nodes[c]
+            if node.reducer is None:
+                plain.append(node)
+            else:
+                options = self._whole_args(node, skip_collect=True)
+                folds.append(FoldSpec(c, node.collect_params[0].name, node.reducer, options, node.location))
+        return plain, folds
+
+    def _jobs(self, plain: Sequence[Node], folds: Sequence[FoldSpec]) -> list[Callable[[Tee, int], Any]]:
+        jobs: list[Callable[[Tee, int], Any]] = [
+            functools.partial(call_collect, node, self._whole_args(node, skip_collect=True)) for node in plain
+        ]
+        if folds:
+            jobs.append(functools.partial(reduce_all, [Folder(f) for f in folds]))
+        return jobs
+
+    def _keep(self, plain: Sequence[Node], folds: Sequence[FoldSpec], results: Sequence[Any]) -> None:
+        for node, result in zip(plain, results, strict=False):
+            self.values[node.name] = result
+        if folds:
+            reducers: dict[str, Any] = results[-1]
+            for f in folds:
+                self.reducers[f.node] = reducers[f.node]
+                self.values[f.node] = _result_of(self.graph.nodes[f.node], reducers[f.node])
+
+    def _chunks(
+        self, group: GroupPlan, pass_: PassPlan, plain: Sequence[Node], folds: Sequence[FoldSpec] = ()
+    ) -> Iterator[ChunkResult]:
+        """Eagerly computes what the pass reads, then returns the lazy stream of its chunks."""
+        whole = self.pass_whole(pass_)
+        wanted = tuple(
+            dict.fromkeys([p.name for c in plain for p in c.collect_params] + list(pass_.outputs))
+        )
+        spec = PassSpec(group.source, pass_.number, pass_.computes, wanted, folds=tuple(folds))
+        return self.engine.stream(group.kind, spec, whole, self.open_source(group))
+
+    # --- one sample -------------------------------------------------------------------------
+
+    def sample(self, group: GroupPlan, pass_: PassPlan, index: int, item: Any, has_item: bool) -> dict[str, Any]:
+        """Runs one sample through ``pass_`` and returns the pass's outputs."""
+        whole = self.pass_whole(pass_)
+        if not has_item:
+            items = self.open_source(group).open()
+            try:
+                item = _nth(items, index, group.source)
+            finally:
+                close = getattr(items, "close", None)
+                if close is not None:
+                    close()
+        spec = PassSpec(group.source, pass_.number, pass_.computes, pass_.outputs)
+        result = self.engine.one(spec, whole, index, item)
+        return {o: result.columns[o][0] if o != group.source else item for o in pass_.outputs}
+
+
+def _then(items: Iterator[Any], cleanup: Callable[[], None]) -> Iterator[Any]:
+    try:
+        yield from items
+    finally:
+        cleanup()
+
+
+def _where(group: GroupPlan, pass_: PassPlan) -> str:
+    return f"pass {pass_.number} of group '{group.source}'"
+
+
+def _nth(items: Iterable[Any], index: int, source: str) -> Any:
+    for i, item in enumerate(islice(items, index + 1)):
+        if i == index:
+            return item
+    raise InputError(f"source '{source}' has no sample {index}: it ended before it")
+
+
+def _nothing() -> None:
+    return None
+
+
+def _node_error(node: Node, exc: BaseException) -> NodeError:
+    return NodeError(node.name, node.location, describe(exc))
+
+
+def _result_of(node: Node, reducer: Any) -> Any:
+    try:
+        return reducer.result()
+    except Exception as exc:
+        raise _node_error(node, exc) from exc.with_traceback(user_traceback(exc.__traceback__))
+
+
+def execute(
+    graph: Graph,
+    analysis: Analysis,
+    program: Program,
+    plan: Plan,
+    values: Mapping[str, Any],
+    *,
+    executor: object = None,
+    chunk_size: int | None = None,
+    cache_dir: str | None = None,
+    on_error: OnError = "raise",
+    report: Report | None = None,
+) -> dict[str, Any]:
+    """Computes a plan's outputs (``Driver.execute()``); closes an executor it made itself."""
+    ex, owned = resolve_executor(executor)
+    try:
+        engine = Engine(program, graph.nodes, ex, Recorder(report if report is not None else Report(), on_error),
+                        chunk_size=chunk_size)
+        cache = ReductionCache(PassCache(cache_dir), graph.nodes, program) if cache_dir is not None else None
+        run = Run(graph, analysis, plan, values, engine, cache)
+        return {o: run.value(o) for o in plan.outputs}
+    finally:
+        close = getattr(ex, "close", None) if owned else None
+        if close is not None:
+            close()
+
+
+def run_sample(
+    graph: Graph,
+    analysis: Analysis,
+    program: Program,
+    plan: Plan,
+    values: Mapping[str, Any],
+    group: str,
+    index: int,
+    item: Any,
+    has_item: bool,
+) -> dict[str, Any]:
+    """One sample through its group's output pass, in this process (``Driver.run_sample()``)."""
+    g = plan.group(group)
+    pass_ = next(p for p in g.passes if p.outputs)
+    engine = Engine(program, graph.nodes, InlineExecutor(), Recorder(Report()))
+    return Run(graph, analysis, plan, values, engine).sample(g, pass_, index, item, has_item)

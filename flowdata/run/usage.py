@@ -1,0 +1,132 @@
+"""Whether a plain Collect function can be handed its values as a lazy stream.
+
+A ``Collect[T]`` parameter streams its values (O(1) memory in the number of samples, and
+breaking out of the loop stops the upstream work) when the function's own code reads it
+**once, to consume it on the spot**:
+
+- as the iterable of a ``for`` loop, of a comprehension's first ``for``, or of ``yield from``;
+- as an argument of a call that consumes an iterable there and then (``sum``, ``list``,
+  ``sorted``, ``min``, ``max``, ``any``, ``all``, ``set``, ``tuple``, ``dict``, ``"".join``,
+  ``list.extend``, ``np.fromiter``, ``math.fsum``, ``Counter``), directly or through ``enumerate``/``zip``/``map``/``filter``/``iter``
+  in such a place;
+
+and that place is not inside a loop, a nested function or a lambda (which could run it
+again, or later). Anything else -- returning it, storing it, passing it to an arbitrary
+function, concatenating it, reading it twice, a function whose source cannot be read --
+gets a ``list`` of every value, as Hamilton does. A parameter annotated with Hamilton's
+own ``hamilton.htypes.Collect`` always gets a ``list``.
+
+The decision is made once per function, from its source, before the function is called;
+it never changes a result, only the memory a call needs.
+"""
+
+from __future__ import annotations
+
+import ast
+import functools
+import inspect
+import textwrap
+from collections.abc import Callable
+from typing import Any
+
+__all__ = ["streamable"]
+
+# Calls that take any iterable and consume it before they return (never numpy's or torch's
+# array constructors: they do not read generators).
+_CONSUMERS = frozenset({
+    "sum", "list", "tuple", "set", "frozenset", "sorted", "min", "max", "any", "all", "dict",
+    "Counter", "deque", "fromiter", "join", "extend", "update", "fsum",
+})
+_LAZY = frozenset({"enumerate", "zip", "map", "filter", "iter", "reversed", "islice", "chain"})
+_SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)
+_LOOPS = (ast.For, ast.AsyncFor, ast.While)
+
+
+def streamable(fn: Callable[..., Any] | None, param: str) -> bool:
+    """Whether ``fn`` consumes parameter ``param`` once, on the spot (see the module docstring)."""
+    if fn is None:
+        return False
+    try:
+        return _streamable(inspect.unwrap(fn), param)
+    except TypeError:  # unhashable callables: no cache, decide again
+        return _decide(inspect.unwrap(fn), param)
+
+
+@functools.lru_cache(maxsize=1024)
+def _streamable(fn: Callable[..., Any], param: str) -> bool:
+    return _decide(fn, param)
+
+
+def _decide(fn: Callable[..., Any], param: str) -> bool:
+    try:
+        tree = ast.parse(textwrap.dedent(inspect.getsource(fn)))
+    except (OSError, TypeError, SyntaxError, IndentationError):
+        return False
+    defs = [n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]
+    if not defs:
+        return False
+    func = defs[0]
+    if param not in {a.arg for a in (*func.args.posonlyargs, *func.args.args, *func.args.kwonlyargs)}:
+        return False  # the callable's parameter is not the source's (a generated node)
+    parents: dict[ast.AST, ast.AST] = {}
+    uses: list[ast.Name] = []
+    for node in ast.walk(func):
+        for child in ast.iter_child_nodes(node):
+            parents[child] = node
+        if isinstance(node, ast.Name) and node.id == param:
+            uses.append(node)
+    if not uses:
+        return True
+    if len(uses) > 1 or not isinstance(uses[0].ctx, ast.Load):
+        return False
+    return _consumed_once(uses[0], parents, func)
+
+
+def _consumed_once(use: ast.AST, parents: dict[ast.AST, ast.AST], func: ast.AST) -> bool:
+    node = use
+    while True:
+        parent = parents.get(node)
+        if parent is None:
+            return False
+        if isinstance(parent, (ast.For, ast.AsyncFor)) and parent.iter is node:
+            return _not_repeated(parent, parents, func)
+        if isinstance(parent, ast.comprehension) and parent.iter is node:
+            comp = parents[parent]
+            if comp.generators[0] is not parent:  # type: ignore[attr-defined]
+                return False  # an inner 'for' runs once per outer element
+            if isinstance(comp, ast.GeneratorExp):
+                node = comp  # lazy: consumed only where the generator is
+                continue
+            return _not_repeated(comp, parents, func)
+        if isinstance(parent, ast.YieldFrom):
+            return _not_repeated(parent, parents, func)
+        if isinstance(parent, ast.Call) and node in parent.args:
+            name = _call_name(parent.func)
+            if name in _CONSUMERS:
+                return _not_repeated(parent, parents, func)
+            if name in _LAZY:
+                node = parent
+                continue
+        return False
+
+
+def _not_repeated(node: ast.AST, parents: dict[ast.AST, ast.AST], func: ast.AST) -> bool:
+    """True when ``node`` runs at most once per call: not in a loop body or a nested scope."""
+    child, parent = node, parents.get(node)
+    while parent is not None and parent is not func:
+        if isinstance(parent, _SCOPES):
+            return False
+        if isinstance(parent, _LOOPS) and child is not getattr(parent, "iter", None):
+            return False
+        if isinstance(parent, ast.comprehension) or isinstance(parent, (ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)):
+            return False
+        child, parent = parent, parents.get(parent)
+    return parent is func
+
+
+def _call_name(func: ast.AST) -> str:
+    if isinstance(func, ast.Name):
+        return func.id
+    if isinstance(func, ast.Attribute):
+        return func.attr
+    return ""
