@@ -247,7 +247,7 @@ def user_traceback(tb: types.TracebackType | None) -> types.TracebackType | None
     """
     skip = (_PACKAGE_DIR, os.path.join("site-packages", "hamilton"))
     first = tb
-    while first is not None and first.tb_frame.f_code.co_filename.startswith(skip[0]):
+    while first is not None and first.tb_frame.f_code.co_filename.startswith((skip[0], "<flowdata")):
         first = first.tb_next
     rest = first
     while rest is not None and skip[1] in rest.tb_frame.f_code.co_filename:

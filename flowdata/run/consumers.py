@@ -42,6 +42,7 @@ class Tee:
 
     def __init__(self, source: Iterator[ChunkResult], readers: int, capacity: int = _BUFFER_CHUNKS):
         self._source = source
+        self.alone = readers == 1
         self._cond = threading.Condition()
         self._buffers: list[deque[ChunkResult]] = [deque() for _ in range(readers)]
         self._alive = [True] * readers
@@ -95,6 +96,11 @@ class Tee:
                 if not any(self._alive):
                     self._close_source()
 
+    @property
+    def source(self) -> Iterator[ChunkResult]:
+        """The stream itself, for a reader that is the only one."""
+        return self._source
+
     def _next_alone(self) -> ChunkResult | None:
         # One reader: no other thread, so no lock and no notification per chunk.
         if self._done:
@@ -143,6 +149,14 @@ class _Once:
 
 
 def _column(tee: Tee, r: int, column: str) -> Iterator[Any]:
+    if tee.alone:  # the only reader: straight from the source, no hand-over per chunk
+        values = getattr(tee.source, "values", None)  # a Sequential stream's fast path
+        if values is not None:
+            yield from values(column)
+            return
+        for one in tee.source:
+            yield from one.columns[column]
+        return
     while (chunk := tee.next(r)) is not None:
         yield from chunk.columns[column]
 

@@ -29,7 +29,7 @@ from flowdata.run.chunking import approx_bytes
 from flowdata.run.folding import BlockError, Piece, pieces_of
 from flowdata.sample import make_rng
 
-__all__ = ["ChunkResult", "Failure", "FoldSpec", "PassSpec", "portable", "run_chunk"]
+__all__ = ["ChunkResult", "Failure", "FoldSpec", "PassSpec", "failure_of", "portable", "run_chunk"]
 
 
 @dataclass(frozen=True)
@@ -208,6 +208,11 @@ def _compute(
     wanted = set(spec.want) | {f.column for f in spec.folds}
     columns = {w: list(cols[w]) if w == spec.group else cols[w] for w in wanted}
     return ChunkResult(indices, columns, None, 0.0, worker, node_seconds=timing, sample_bytes=size)  # type: ignore[arg-type]
+
+
+def failure_of(node: Node, index: int, item: Any, exc: BaseException) -> Failure:
+    """The failure of ``node`` on one sample, as plain data."""
+    return _failure(node.name, node.location, index, item, exc)
 
 
 def _failure(node: str, location: str, index: int, item: Any, exc: BaseException, reduction: bool = False) -> Failure:

@@ -33,6 +33,7 @@ from flowdata.report import Report, Skip
 from flowdata.run.chunking import MAX_CHUNK, ChunkSizer, chunked
 from flowdata.run.executors import Executor, InlineExecutor
 from flowdata.run.kernel import ChunkResult, Failure, PassSpec
+from flowdata.run.sequential import SequentialStream
 from flowdata.run.source import Source
 from flowdata.run.worker import PassContext, Task, run_task
 
@@ -162,15 +163,19 @@ class Engine:
             source: The group's items.
         """
         items = source.open()
+        if kind == "sequential":
+            return self._sequential(spec, whole, items)
+        return self._parallel(spec, whole, items)
+
+    def _parallel(self, spec: PassSpec, whole: Mapping[str, Any], items: Iterator[Any]) -> Iterator[ChunkResult]:
         group = spec.group
         try:
-            sequential = kind == "sequential"
             # Items stay here: workers hand back computed columns only.
             remote = dataclasses.replace(spec, want=tuple(w for w in spec.want if w != group))
             context = PassContext(self.program, remote, whole, self.recorder.skip, nodes=self.nodes)
             # A pass that computes nothing per sample needs no round trip for its items.
-            executor = _INLINE if sequential or not spec.computes else self.executor
-            sizer = ChunkSizer(1 if sequential else self.chunk_size, MAX_CHUNK, align=bool(spec.folds))
+            executor = self.executor if spec.computes else _INLINE
+            sizer = ChunkSizer(self.chunk_size, MAX_CHUNK, align=bool(spec.folds))
             in_flight: deque[tuple[Sequence[int], list[Any]]] = deque()
 
             def tasks() -> Iterator[Task]:
@@ -196,6 +201,20 @@ class Engine:
             close_items = getattr(items, "close", None)
             if close_items is not None:
                 close_items()
+
+    def _sequential(self, spec: PassSpec, whole: Mapping[str, Any], items: Iterator[Any]) -> Iterator[ChunkResult]:
+        """One sample at a time, in this thread (see :mod:`flowdata.run.sequential`)."""
+        rec, group = self.recorder, spec.group
+
+        def report(delivered: int, seconds: list[float]) -> None:
+            rec.record(group, spec.number, delivered, dict(zip(spec.computes, seconds, strict=True)), [], None, "main")
+
+        def failed(f: Failure) -> None:
+            # A skip is recorded and the stream goes on; under "raise" this raises.
+            rec.record(group, spec.number, 0, {}, [f] if rec.skip else [], None if rec.skip else f, "main")
+
+        stream = SequentialStream(self.nodes, spec, whole, items, rec.skipped(group), report, failed)
+        return stream  # type: ignore[return-value]  # one-sample chunks read like ChunkResults
 
     def one(self, spec: PassSpec, whole: Mapping[str, Any], index: int, item: Any) -> ChunkResult:
         """One sample through a pass, in this process (``run_sample()``)."""
