@@ -1,24 +1,36 @@
-"""Every dataflow in tests/dataflows through execute() on every executor, against its oracle."""
+"""The conformance suites: every dataflow of tests/dataflows against its oracle.
+
+:class:`ExecutorSuite` is the suite every executor must pass (as dask's
+``GetFunctionTestMixin`` is for schedulers): subclass it and give ``make_executor``. It runs
+every dataflow through ``execute()``, with adaptive and with tiny chunks, reductions under
+``on_error="skip"``, and the loader's statistics pass on that executor. Inline, processes
+and two test doubles (a thread pool, and one that computes tasks out of order) run it here;
+any later executor adds one subclass.
+
+The loader suite runs every dataflow that declares ``LOADER_OUTPUTS`` through
+``dataloader()`` at 0 and 2 DataLoader workers.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import random
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from types import ModuleType
-from typing import Any
+from typing import Any, TypeVar
 
 import pytest
 
 import flowdata as fd
 from tests.dataflows import all_dataflows
 
+C = TypeVar("C")
+T = TypeVar("T")
+R = TypeVar("R")
+
 DATAFLOWS = all_dataflows()
 CASES = [(m, i) for m in DATAFLOWS for i in range(len(m.CASES))]
-
-
-@pytest.fixture(scope="module")
-def pool() -> Iterator[fd.ProcessExecutor]:
-    with fd.ProcessExecutor(num_workers=2) as ex:
-        yield ex
 
 
 def _ids(case: tuple[ModuleType, int]) -> str:
@@ -31,19 +43,166 @@ def test_every_dataflow_has_an_oracle() -> None:
         assert callable(m._oracle) and m.CASES and m.OUTPUTS, m.__name__
 
 
-@pytest.mark.parametrize("case", CASES, ids=_ids)
-@pytest.mark.parametrize("executor", ["inline", "processes", "small-chunks"])
-def test_execute_matches_oracle(case: tuple[ModuleType, int], executor: str, pool: fd.ProcessExecutor) -> None:
-    module, i = case
-    inputs: dict[str, Any] = module.CASES[i]
+class ThreadExecutor:
+    """Test double: tasks run in a thread pool, a bounded window ahead, results in order."""
+
+    def __init__(self, workers: int = 3) -> None:
+        self.pool = ThreadPoolExecutor(workers)
+        self.tasks = 0
+
+    def map(self, fn: Callable[[C, T], R], tasks: Iterable[T], *, context: C) -> Iterator[R]:
+        pending: deque[Future[R]] = deque()
+        for task in tasks:
+            self.tasks += 1
+            pending.append(self.pool.submit(fn, context, task))
+            if len(pending) > 4:
+                yield pending.popleft().result()
+        while pending:
+            yield pending.popleft().result()
+
+    def close(self) -> None:
+        self.pool.shutdown()
+
+
+class ShuffledExecutor:
+    """Test double: computes each window of tasks in a random order, yields them in order."""
+
+    def __init__(self, seed: int = 0, window: int = 5) -> None:
+        self.rng = random.Random(seed)
+        self.window = window
+
+    def map(self, fn: Callable[[C, T], R], tasks: Iterable[T], *, context: C) -> Iterator[R]:
+        it = iter(tasks)
+        while True:
+            batch = [t for _, t in zip(range(self.window), it)]
+            if not batch:
+                return
+            order = list(range(len(batch)))
+            self.rng.shuffle(order)
+            results: dict[int, R] = {i: fn(context, batch[i]) for i in order}
+            yield from (results[i] for i in range(len(batch)))
+
+
+SKIPPING = """
+from flowdata import Collect, Parallel, reduce
+from flowdata.stats import Count, Stats, Welford
+
+def item(n: int) -> Parallel[int]:
+    yield from range(n)
+
+def value(item: int, bad: list[int]) -> float:
+    if item in bad:
+        raise ValueError(f"bad sample {item}")
+    return float(item % 13)
+
+@reduce(Count)
+def counted(value: Collect[float]) -> int: ...
+
+@reduce(Welford)
+def stats(value: Collect[float]) -> Stats: ...
+
+def listed(value: Collect[float]) -> list[float]:
+    return value
+"""
+
+
+class ExecutorSuite:
+    """What every executor must do; subclasses give :meth:`make_executor`."""
+
+    @classmethod
+    def make_executor(cls) -> object:
+        raise NotImplementedError
+
+    @pytest.fixture(scope="class")
+    @classmethod
+    def executor(cls) -> Iterator[object]:
+        ex = cls.make_executor()
+        yield ex
+        close = getattr(ex, "close", None)
+        if close is not None:
+            close()
+
+    def test_is_an_executor(self, executor: object) -> None:
+        assert executor in ("inline", "processes") or isinstance(executor, fd.Executor)
+
+    @pytest.mark.parametrize("case", CASES, ids=_ids)
+    @pytest.mark.parametrize("chunk_size", [None, 3])
+    def test_matches_oracle(self, case: tuple[ModuleType, int], chunk_size: int | None, executor: object) -> None:
+        module, i = case
+        inputs: dict[str, Any] = module.CASES[i]
+        dr = fd.Builder().with_modules(module).build()
+        got = dr.execute(module.OUTPUTS, inputs=inputs, executor=executor, chunk_size=chunk_size)
+        assert got == module._oracle(**inputs)
+
+    @pytest.mark.parametrize("bad", [list(range(64)), list(range(0, 200, 3)), list(range(1, 200))])
+    def test_reductions_under_skip(self, build: Callable[..., fd.Driver], executor: object, bad: list[int]) -> None:
+        dr = build(SKIPPING)
+        inline = dr.execute(["counted", "stats", "listed"], inputs={"n": 200, "bad": bad}, on_error="skip")
+        got = dr.execute(["counted", "stats", "listed"], inputs={"n": 200, "bad": bad}, on_error="skip",
+                         executor=executor, chunk_size=7)
+        survivors = [float(i % 13) for i in range(200) if i not in bad]
+        assert got["counted"] == inline["counted"] == len(survivors)
+        assert got["listed"] == survivors
+        for field in ("mean", "var", "min", "max", "count"):
+            assert getattr(got["stats"], field).numpy().tobytes() == getattr(inline["stats"], field).numpy().tobytes()
+
+    def test_loader_statistics_pass(self, executor: object) -> None:
+        module = next(m for m in DATAFLOWS if m.__name__.endswith("two_pass"))
+        inputs = module.CASES[2]
+        dr = fd.Builder().with_modules(module).build()
+        base = dr.dataloader(module.LOADER_OUTPUTS, inputs=inputs, batch_size=64)
+        loader = dr.dataloader(module.LOADER_OUTPUTS, inputs=inputs, batch_size=64, executor=executor)
+        assert loader.stats == base.stats and loader.stats
+        got = [v for b in loader for v in b[module.LOADER_OUTPUTS[0]].tolist()]
+        assert got == [v for b in base for v in b[module.LOADER_OUTPUTS[0]].tolist()]
+
+
+class TestInline(ExecutorSuite):
+    @classmethod
+    def make_executor(cls) -> object:
+        return "inline"
+
+
+class TestProcesses(ExecutorSuite):
+    @classmethod
+    def make_executor(cls) -> object:
+        return fd.ProcessExecutor(num_workers=2)
+
+
+class TestThreads(ExecutorSuite):
+    @classmethod
+    def make_executor(cls) -> object:
+        return ThreadExecutor()
+
+
+class TestShuffled(ExecutorSuite):
+    @classmethod
+    def make_executor(cls) -> object:
+        return ShuffledExecutor()
+
+
+def test_an_old_style_executor_is_refused() -> None:
+    class OldStyle:
+        def map(self, fn: Callable[[T], R], tasks: Iterable[T]) -> Iterator[R]:
+            return map(fn, tasks)
+
+    module = DATAFLOWS[0]
     dr = fd.Builder().with_modules(module).build()
-    if executor == "inline":
-        got = dr.execute(module.OUTPUTS, inputs=inputs)
-    elif executor == "processes":
-        got = dr.execute(module.OUTPUTS, inputs=inputs, executor=pool)
-    else:
-        got = dr.execute(module.OUTPUTS, inputs=inputs, executor=pool, chunk_size=3)
-    assert got == module._oracle(**inputs)
+    with pytest.raises(fd.FlowdataError, match=r"has no map\(fn, tasks, \*, context\) method"):
+        dr.execute(module.OUTPUTS, inputs=module.CASES[0], executor=OldStyle())
+
+
+def test_process_workers_get_the_pass_once() -> None:
+    """The context travels once per map call, not with every chunk: tasks are small."""
+    module = next(m for m in DATAFLOWS if m.__name__.endswith("two_pass"))
+    dr = fd.Builder().with_modules(module).build()
+    big = {"values": [float(i % 7) for i in range(20_000)]}
+    with fd.ProcessExecutor(num_workers=2) as ex:
+        dr.execute(["normalized_max"], inputs=big, executor=ex, chunk_size=100)
+        per_chunk = ex.bytes_sent / (20_000 / 100)
+    # A chunk of 100 floats and its indices pickles to a few kB; the whole values the
+    # pass reads (the 20,000-value input among them) would add about 180 kB to each.
+    assert per_chunk < 5_000, per_chunk
 
 
 LOADER_CASES = [(m, i) for m in DATAFLOWS if hasattr(m, "LOADER_OUTPUTS") for i in range(len(m.CASES))]
