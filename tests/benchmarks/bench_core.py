@@ -16,6 +16,8 @@ plain Collect node summing them (result ``n * n``). Rows:
 - *plain Python, same functions*: the module's own functions called in a loop (the
   unavoidable cost of one Python call per node per sample);
 - *flowdata inline*: ``Driver.execute(["total"], inputs={"n": n})``;
+- *flowdata Sequential*: the same nodes behind a ``Sequential`` source (``core_flow_seq.py``):
+  one sample at a time, in order, in the calling thread;
 - *flowdata processes*: the same with ``executor=flowdata.ProcessExecutor(num_workers=2)``,
   created once and reused; the first call, which starts the pool, is reported apart;
 - *Hamilton dynamic*: Hamilton 1.90 ``Parallelizable``/``Collect``
@@ -29,6 +31,17 @@ summed by length in a Collect node (``memory_flow.py``), for ``n`` = 250, 500, 1
 A ``Sequential`` source streamed into a Collect must keep peak memory flat in ``n``;
 a list-materialising loop grows by about 1 MB per sample. Parallel-source variants
 (inline and processes) and Hamilton are shown for reference.
+
+**Section 3 — large samples.** 24 samples whose per-sample value is a distinct 80 MB
+``bytes`` object (``large_flow.py``), summed by length in a plain Collect: peak RSS over the
+base. A streaming loop holds one sample; flowdata's first chunk holds one sample and later
+chunks stay under about 8 MB, so it should hold a few; Hamilton (``large_flow_hamilton.py``)
+is shown next to it.
+
+**Section 4 — bytes per chunk.** What one chunk sends to a process worker
+(``chunk_bytes_flow.py``: pass 2 reads a whole value and a 20,000-float input), counted by
+pickling every task the pool is handed (``ProcessPoolExecutor.submit`` wrapped), in
+chunks of 100 samples.
 
 How it is measured
 ------------------
@@ -136,6 +149,8 @@ def _blob(i: int) -> bytes:
     return bytes((i % 256,)) * BLOB_BYTES
 
 
+CORE_ROWS = ("plain-loop", "plain-calls", "flowdata-inline", "flowdata-sequential", "flowdata-processes")
+
 RowFn = Callable[[int, int], Measurement]
 ROWS: bc.Rows[RowFn] = bc.Rows()
 row = ROWS.row  # registers ``fn(n, repeats) -> Measurement`` as a row
@@ -191,6 +206,14 @@ def _flowdata_inline(n: int, repeats: int) -> Measurement:
     base = bc.maxrss_mb()
     seconds, result = bc.best_of(lambda: dr.execute(["total"], inputs={"n": n})["total"], repeats)
     return _measured("flowdata-inline", n, seconds, result, n * n, base, build_ms=build_ms)
+
+
+@row("flowdata-sequential", "flowdata execute() Sequential")
+def _flowdata_sequential(n: int, repeats: int) -> Measurement:
+    dr, build_ms = bc.flowdata_driver("core_flow_seq")
+    base = bc.maxrss_mb()
+    seconds, result = bc.best_of(lambda: dr.execute(["total"], inputs={"n": n})["total"], repeats)
+    return _measured("flowdata-sequential", n, seconds, result, n * n, base, build_ms=build_ms)
 
 
 @row("flowdata-processes", f"flowdata processes ({NUM_WORKERS} workers)")
@@ -281,6 +304,91 @@ def _mem_hamilton(n: int, repeats: int) -> Measurement:
     return _measured("mem-hamilton", n, seconds, result, n * BLOB_BYTES, base, build_ms=build_ms)
 
 
+# Section 3 rows (80 MB samples; one run each).
+
+LARGE_N = 24
+LARGE_BYTES = 80 << 20
+
+
+@row("large-stream", "plain streaming loop")
+def _large_stream(n: int, repeats: int) -> Measurement:
+    base = bc.maxrss_mb()
+    seconds, result = _once(lambda: sum(len(bytes((i % 256,)) * LARGE_BYTES) for i in range(n)))
+    return _measured("large-stream", n, seconds, result, n * LARGE_BYTES, base)
+
+
+@row("large-flowdata", "flowdata execute() inline")
+def _large_flowdata(n: int, repeats: int) -> Measurement:
+    dr, build_ms = bc.flowdata_driver("large_flow")
+    base = bc.maxrss_mb()
+    seconds, result = _once(lambda: dr.execute(["total_bytes"], inputs={"n": n})["total_bytes"])
+    return _measured("large-flowdata", n, seconds, result, n * LARGE_BYTES, base)
+
+
+@row("large-flowdata-proc", f"flowdata processes({NUM_WORKERS})")
+def _large_flowdata_proc(n: int, repeats: int) -> Measurement:
+    import flowdata as fd
+
+    dr, build_ms = bc.flowdata_driver("large_flow")
+    base = bc.maxrss_mb()
+    with fd.ProcessExecutor(num_workers=NUM_WORKERS) as ex:
+        seconds, result = _once(lambda: dr.execute(["total_bytes"], inputs={"n": n}, executor=ex)["total_bytes"])
+    m = _measured("large-flowdata-proc", n, seconds, result, n * LARGE_BYTES, base)
+    m.rss_workers_mb = bc.maxrss_mb(resource.RUSAGE_CHILDREN)
+    return m
+
+
+@row("large-hamilton", "Hamilton Parallelizable -> Collect")
+def _large_hamilton(n: int, repeats: int) -> Measurement:
+    dr, build_ms = bc.hamilton_driver("large_flow_hamilton")
+    base = bc.maxrss_mb()
+    seconds, result = _once(lambda: dr.execute(["total_bytes"], inputs={"n": n})["total_bytes"])
+    return _measured("large-hamilton", n, seconds, result, n * LARGE_BYTES, base)
+
+
+@row("chunk-bytes", "flowdata processes, bytes per chunk")
+def _chunk_bytes(n: int, repeats: int) -> Measurement:
+    import pickle
+    from concurrent.futures import ProcessPoolExecutor
+
+    import flowdata as fd
+
+    sent: list[int] = []
+    submit = ProcessPoolExecutor.submit
+
+    def counting(self: Any, fn: Any, /, *args: Any, **kwargs: Any) -> Any:
+        sent.append(len(pickle.dumps((fn, args, kwargs), protocol=pickle.HIGHEST_PROTOCOL)))
+        return submit(self, fn, *args, **kwargs)
+
+    ProcessPoolExecutor.submit = counting  # type: ignore[method-assign]
+    dr, _ = bc.flowdata_driver("chunk_bytes_flow")
+    inputs = {"n": n, "table": [float(i) for i in range(20_000)]}
+    base = bc.maxrss_mb()
+    with fd.ProcessExecutor(num_workers=NUM_WORKERS) as ex:
+        seconds, result = _once(lambda: dr.execute(["shifted_sum"], inputs=inputs, executor=ex, chunk_size=100))
+    expected = sum(float(i % 7) for i in range(n))
+    expected = sum(v - expected + float(int(v)) for v in (float(i % 7) for i in range(n)))
+    m = _measured("chunk-bytes", n, seconds, result["shifted_sum"], expected, base)
+    m.notes = {"bytes_per_chunk": sum(sent) / max(len(sent), 1), "chunks": float(len(sent))}
+    return m
+
+
+def print_large(results: Results) -> None:
+    """Section 3: what 24 samples of 80 MB add to the peak."""
+    print(f"\nSection 3 - large samples: {LARGE_N} values of 80 MB summed by a Collect  (peak RSS MB; one run)")
+    header = f"{'row':<38}{'base':>8}{'peak':>9}{'added':>9}{'samples held':>14}{'workers MB':>12}  result"
+    print(header)
+    print("-" * len(header))
+    for name in ("large-stream", "large-flowdata", "large-flowdata-proc", "large-hamilton"):
+        m = results.by_key.get((name, LARGE_N))
+        if m is None:
+            continue
+        added = None if m.rss_peak_mb is None or m.rss_base_mb is None else m.rss_peak_mb - m.rss_base_mb
+        held = "-" if added is None else f"{added / (LARGE_BYTES / 2**20):.1f}"
+        print(f"{ROWS[name].label:<38}{_fmt_mb(m.rss_base_mb):>8}{_fmt_mb(m.rss_peak_mb):>9}{_fmt_mb(added):>9}"
+              f"{held:>14}{_fmt_mb(m.rss_workers_mb):>12}  {_status(m)}")
+
+
 def run_row(name: str, n: int, repeats: int) -> None:
     """Child mode: measures one row and prints its :class:`Measurement` as a tagged JSON line."""
     m = ROWS[name].fn(n, repeats)
@@ -353,7 +461,7 @@ def print_core(results: Results, sizes: Sequence[int], hamilton_sizes: Sequence[
     header = f"{'row':<34}{'n':>9}{'µs/sample':>12}{'peak RSS MB':>13}{'base MB':>9}{'workers MB':>12}  result / notes"
     print(header)
     print("-" * len(header))
-    order = [(r, n) for n in sizes for r in ("plain-loop", "plain-calls", "flowdata-inline", "flowdata-processes")]
+    order = [(r, n) for n in sizes for r in CORE_ROWS]
     for n in hamilton_sizes:
         if n not in sizes:  # flowdata at Hamilton's sizes, for the Hamilton / flowdata ratio
             order.append(("flowdata-inline", n))
@@ -380,6 +488,12 @@ def print_core(results: Results, sizes: Sequence[int], hamilton_sizes: Sequence[
         print(f"  n={n:>7,}  flowdata inline / plain loop     {_ratio(results.us('flowdata-inline', n), plain):>10}")
         print(f"  n={n:>7,}  flowdata processes / plain loop  {_ratio(results.us('flowdata-processes', n), plain):>10}")
         print(f"  n={n:>7,}  plain same functions / plain loop{_ratio(results.us('plain-calls', n), plain):>10}")
+        print(f"  n={n:>7,}  flowdata Sequential / plain loop {_ratio(results.us('flowdata-sequential', n), plain):>10}")
+        print(f"  n={n:>7,}  flowdata Sequential / Parallel   "
+              f"{_ratio(results.us('flowdata-sequential', n), results.us('flowdata-inline', n)):>10}")
+        seq, calls = results.us("flowdata-sequential", n), results.us("plain-calls", n)
+        if seq is not None and calls is not None:
+            print(f"  n={n:>7,}  Sequential over the user's functions: {seq - calls:.3f} µs/sample")
     for n in hamilton_sizes:
         print(
             f"  n={n:>7,}  Hamilton / flowdata inline       "
@@ -449,6 +563,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=3, help="timed runs per fast row (best is kept)")
     parser.add_argument("--skip-hamilton", action="store_true", help="leave out the Hamilton rows")
     parser.add_argument("--skip-memory", action="store_true", help="leave out section 2")
+    parser.add_argument("--skip-large", action="store_true", help="leave out section 3")
     parser.add_argument("--row", choices=sorted(ROWS), help=argparse.SUPPRESS)  # child mode
     parser.add_argument("--n", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -466,7 +581,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     t0 = time.perf_counter()
     results = Results()
     for n in CORE_SIZES:
-        for name in ("plain-loop", "plain-calls", "flowdata-inline", "flowdata-processes"):
+        for name in CORE_ROWS:
             results.add(measure(name, n, args.repeats))
     for n in hamilton_sizes:
         results.add(measure("hamilton", n, args.repeats))
@@ -479,9 +594,23 @@ def main(argv: Sequence[str] | None = None) -> int:
             if not args.skip_hamilton:
                 results.add(measure("mem-hamilton", n, args.repeats))
 
+    if not args.skip_large:
+        for name in ("large-stream", "large-flowdata", "large-flowdata-proc", "large-hamilton"):
+            if name != "large-hamilton" or not args.skip_hamilton:
+                results.add(measure(name, LARGE_N, args.repeats))
+
     print_core(results, CORE_SIZES, hamilton_sizes)
     if not args.skip_memory:
         print_memory(results, MEMORY_SIZES)
+    if not args.skip_large:
+        print_large(results)
+    chunk = measure("chunk-bytes", 20_000, 1)
+    print("\nSection 4 - bytes per chunk sent to a process worker (20,000 samples, chunks of 100)")
+    if chunk.error is None:
+        print(f"  {chunk.notes['bytes_per_chunk']:,.0f} bytes per chunk over {chunk.notes['chunks']:,.0f} chunks"
+              f"  ({_status(chunk)})")
+    else:
+        print(f"  {_status(chunk)}")
     print(f"\ntotal wall time {time.perf_counter() - t0:.0f} s")
     return 0
 
