@@ -410,7 +410,8 @@ def _png_plain(args: argparse.Namespace) -> Measurement:
 class ChunkLog:
     """A pass-through executor: delegates to ``inner`` and records chunk sizes and times.
 
-    Follows the ``flowdata.Executor`` contract (``map(fn, tasks)``, results in task order).
+    Follows the ``flowdata.Executor`` contract (``map(fn, tasks, *, context)``, results in
+    task order); keyword arguments go through as they are.
     """
 
     def __init__(self, inner: Any) -> None:
@@ -418,9 +419,9 @@ class ChunkLog:
         self.sizes: list[int] = []
         self.busy: dict[str, float] = {}
 
-    def map(self, fn: Callable[[T], R], tasks: Iterable[T]) -> Iterator[R]:
-        """Yields ``inner.map(fn, tasks)``, noting each chunk's size and compute time."""
-        for result in self.inner.map(fn, tasks):
+    def map(self, fn: Callable[..., R], tasks: Iterable[T], **kwargs: Any) -> Iterator[R]:
+        """Yields ``inner.map(fn, tasks, **kwargs)``, noting each chunk's size and compute time."""
+        for result in self.inner.map(fn, tasks, **kwargs):
             self.sizes.append(len(getattr(result, "indices", ())))
             worker = str(getattr(result, "worker", "?"))
             self.busy[worker] = self.busy.get(worker, 0.0) + float(getattr(result, "seconds", 0.0))
