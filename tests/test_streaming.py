@@ -206,3 +206,16 @@ def stream_driver(tmp_path_factory: pytest.TempPathFactory) -> fd.Driver:
     sys.modules["stream_prop_flow"] = module
     spec.loader.exec_module(module)
     return fd.Builder().with_modules(module).build()
+
+
+def test_a_chained_source_is_indexed_not_streamed() -> None:
+    from tests.dataflows import chained_groups
+
+    dr = fd.Builder().with_modules(chained_groups).build()
+    inputs = chained_groups.CASES[0]
+    with pytest.raises(fd.InputError, match=r"source 'word_item' collects group 'sentence', so it cannot be streamed"):
+        dr.dataloader(["word_length"], inputs=inputs, streaming=True)
+    loader = dr.dataloader(["word_length", "word_item"], inputs=inputs, batch_size=2)
+    assert [w for b in loader for w in b["word_item"]] == ["ccc", "dddd", "eeeee"]
+    assert loader.stats == {}  # the first group's pass fed the source; no statistics were asked for
+    assert dr.run_sample(["word_length"], index=1, inputs=inputs) == {"word_length": 4}
