@@ -97,7 +97,6 @@ class ProcessExecutor:
         self.max_in_flight = max_in_flight or 2 * self.num_workers
         self._pool: ProcessPoolExecutor | None = None
         self._folder: str | None = None
-        self.bytes_sent = 0  # pickled bytes of every task submitted (contexts not included)
 
     def __repr__(self) -> str:
         return f"ProcessExecutor(num_workers={self.num_workers}, start_method={self.start_method!r})"
@@ -140,7 +139,6 @@ class ProcessExecutor:
         it = iter(tasks)
 
         def submit(task: T) -> Future[R]:
-            self.bytes_sent += len(pickle.dumps((fn, path, task), protocol=pickle.HIGHEST_PROTOCOL))
             return pool.submit(_with_context, fn, path, task)
 
         try:
