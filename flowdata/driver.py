@@ -233,6 +233,8 @@ class Driver:
             NodeError: a once or Collect node raised.
         """
         mode = on_error_mode(on_error)
+        if chunk_size is not None and (not isinstance(chunk_size, int) or isinstance(chunk_size, bool) or chunk_size < 1):
+            raise InputError(f"chunk_size={chunk_size!r}: expected a positive int, or None to adapt")
         values = self._values(inputs, overrides)
         self._warn_unread(inputs or {})
         plan = make_plan(self.graph, self.analysis, outputs, set(values), self._replaced(inputs, overrides),

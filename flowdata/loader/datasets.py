@@ -145,6 +145,23 @@ class PassDataset(PassWork, Dataset[dict[str, Any]]):
     def __len__(self) -> int:
         return len(self.index)
 
+    def _take(self, indices: list[int]) -> list[Any]:
+        """The items of ``indices``; an index that raises is the source's ``NodeError``."""
+        try:
+            return self.index.take(indices)
+        except Exception:
+            pass
+        items = []
+        for i in indices:  # find the sample, as a source that raised while producing it
+            try:
+                items.extend(self.index.take([i]))
+            except Exception as exc:
+                source = self._get_nodes()[self.spec.group]
+                raise NodeError(
+                    source.name, source.location, f"{describe(exc)} (while producing sample {i})"
+                ) from exc.with_traceback(user_traceback(exc.__traceback__))
+        return items
+
     def __getitem__(self, i: int) -> dict[str, Any]:
         """One sample's outputs (epoch 0), as the nodes returned them (not collated)."""
         return self.rows([int(i)], 0)[0]
@@ -156,11 +173,19 @@ class PassDataset(PassWork, Dataset[dict[str, Any]]):
 
     def rows(self, indices: list[int], epoch: int) -> list[dict[str, Any]]:
         """Outputs of ``indices`` as one dict per sample; a failing sample raises ``SampleError``."""
-        return self._rows(self.columns(indices, self.index.take(indices), epoch))
+        return self._rows(self.columns(indices, self._take(indices), epoch))
 
     def compute(self, indices: list[int], epoch: int) -> Batch:
-        """Runs the pass over ``indices`` and collates the outputs (the loader's path)."""
-        return self.batch(indices, self.index.take(indices), epoch)
+        """Runs the pass over ``indices`` and collates the outputs (the loader's path).
+
+        A failing source comes back as data (torch would re-raise a worker's exception as a
+        ``RuntimeError`` of its text).
+        """
+        try:
+            items = self._take(indices)
+        except NodeError as exc:
+            return Batch(None, [], [], None, {}, "", error=exc)
+        return self.batch(indices, items, epoch)
 
 
 class BatchView(Dataset[Batch]):

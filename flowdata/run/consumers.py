@@ -148,17 +148,34 @@ class _Once:
         return it
 
 
+class _Upstream(Exception):
+    """Marks an error raised by the pass feeding a Collect function, not by the function."""
+
+
 def _column(tee: Tee, r: int, column: str) -> Iterator[Any]:
-    if tee.alone:  # the only reader: straight from the source, no hand-over per chunk
-        values = getattr(tee.source, "values", None)  # a Sequential stream's fast path
-        if values is not None:
-            yield from values(column)
+    try:
+        if tee.alone:  # the only reader: straight from the source, no hand-over per chunk
+            values = getattr(tee.source, "values", None)  # a Sequential stream's fast path
+            if values is not None:
+                yield from values(column)
+                return
+            for one in tee.source:
+                yield from one.columns[column]
             return
-        for one in tee.source:
-            yield from one.columns[column]
-        return
-    while (chunk := tee.next(r)) is not None:
-        yield from chunk.columns[column]
+        while (chunk := tee.next(r)) is not None:
+            yield from chunk.columns[column]
+    except Exception as exc:
+        _mark_upstream(exc)
+        raise
+
+
+def _mark_upstream(exc: BaseException) -> None:
+    # The Collect function sees the error come out of its loop; call_collect must not make
+    # it the function's own error.
+    try:
+        exc.__flowdata_upstream__ = True  # type: ignore[attr-defined]
+    except AttributeError:  # an exception type with slots: it is reported as it is
+        pass
 
 
 class _Lockstep:
@@ -169,7 +186,11 @@ class _Lockstep:
         self._buffers: dict[str, deque[Any]] = {c: deque() for c in columns}
 
     def _fill(self) -> bool:
-        chunk = self._tee.next(self._r)
+        try:
+            chunk = self._tee.next(self._r)
+        except Exception as exc:
+            _mark_upstream(exc)
+            raise
         if chunk is None:
             return False
         for c, buf in self._buffers.items():
@@ -185,8 +206,12 @@ class _Lockstep:
                 return
 
 
-def collect_arguments(node: Node, tee: Tee, r: int) -> dict[str, Any]:
-    """The values of ``node``'s Collect parameters, read from reader ``r`` of ``tee``."""
+def collect_arguments(node: Node, tee: Tee, r: int, *, source: bool = False) -> dict[str, Any]:
+    """The values of ``node``'s Collect parameters, read from reader ``r`` of ``tee``.
+
+    ``source``: the node is a source that collects (its generator reads them while its
+    items are read).
+    """
     params = node.collect_params
     if len(params) == 1:
         streams = {params[0].name: _column(tee, r, params[0].name)}
@@ -194,8 +219,9 @@ def collect_arguments(node: Node, tee: Tee, r: int) -> dict[str, Any]:
         lock = _Lockstep(tee, r, [p.name for p in params])
         streams = {p.name: lock.column(p.name) for p in params}
     out: dict[str, Any] = {}
+    called = node.origin if node.fn is node.origin else None  # a generated callable: a list
     for p in params:
-        if not p.as_list and streamable(node.origin, p.name):
+        if not p.as_list and streamable(called, p.name, source=source):
             out[p.name] = _Once(streams[p.name], node, p.name)
         else:
             out[p.name] = list(streams[p.name])
@@ -209,6 +235,9 @@ def call_collect(node: Node, args: Mapping[str, Any], tee: Tee, r: int) -> Any:
     except FlowdataError:
         raise
     except Exception as exc:
+        if getattr(exc, "__flowdata_upstream__", False):
+            raise  # the pass failed, not this function
+
         raise NodeError(node.name, node.location, describe(exc)) from exc.with_traceback(
             user_traceback(exc.__traceback__)
         )

@@ -32,6 +32,7 @@ import tempfile
 import threading
 import time
 import uuid
+import weakref
 from collections import OrderedDict, deque
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ProcessPoolExecutor
@@ -122,6 +123,7 @@ class ProcessExecutor:
             ) from exc
         if self._folder is None:
             self._folder = tempfile.mkdtemp(prefix="flowdata-context-")
+            weakref.finalize(self, shutil.rmtree, self._folder, True)  # an executor never closed
         path = os.path.join(self._folder, f"{uuid.uuid4().hex}.pickle")
         with open(path, "wb") as f:
             f.write(data)
@@ -139,7 +141,17 @@ class ProcessExecutor:
         it = iter(tasks)
 
         def submit(task: T) -> Future[R]:
-            return pool.submit(_with_context, fn, path, task)
+            # Pickled here, not in the pool's feeder thread: a task that cannot be pickled
+            # is an error of this call, and cannot leave the pool waiting at shutdown.
+            try:
+                data = pickle.dumps(task, protocol=pickle.HIGHEST_PROTOCOL)
+            except Exception as exc:
+                raise FlowdataError(
+                    f"a task cannot be sent to worker processes: {describe(exc)}\n"
+                    "  fix: yield picklable items from the source (paths, numbers, dicts of them), "
+                    "or use executor='inline'"
+                ) from exc
+            return pool.submit(_with_context, fn, path, data)
 
         try:
             for task in it:
@@ -156,6 +168,14 @@ class ProcessExecutor:
                         f"a worker process of {self!r} died while running a chunk "
                         "(killed by a signal or out of memory)\n"
                         "  fix: check memory use, or run with executor='inline' to see the failure"
+                    ) from exc
+                except (pickle.PicklingError, TypeError, AttributeError) as exc:
+                    if "pickle" not in str(exc):
+                        raise
+                    raise FlowdataError(
+                        f"a result could not be sent back from a worker process: {describe(exc)}\n"
+                        "  fix: return picklable values from per-sample nodes (no locks, open files or "
+                        "generators), or use executor='inline'"
                     ) from exc
                 task = next(it, _END)
                 if task is not _END:
@@ -188,7 +208,7 @@ _END: Any = object()
 _CONTEXTS: OrderedDict[str, Any] = OrderedDict()
 
 
-def _with_context(fn: Callable[[Any, T], R], path: str, task: T) -> R:
+def _with_context(fn: Callable[[Any, T], R], path: str, data: bytes) -> R:
     """In a worker: the context of ``path``, read once per worker and kept, then ``fn``."""
     context = _CONTEXTS.get(path)
     if context is None:
@@ -197,7 +217,7 @@ def _with_context(fn: Callable[[Any, T], R], path: str, task: T) -> R:
         _CONTEXTS[path] = context
         while len(_CONTEXTS) > 4:
             _CONTEXTS.popitem(last=False)
-    return fn(context, task)
+    return fn(context, pickle.loads(data))
 
 
 def _remove(path: str) -> None:

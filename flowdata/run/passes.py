@@ -14,8 +14,9 @@ error or a skip record: it applies the ``on_error`` policy, keeps which samples 
 skipped (so every later pass and epoch leaves them out alike), logs each skip once, and
 fills the :class:`~flowdata.report.Report`.
 
-A ``Sequential`` group runs in the calling thread, one sample per chunk, in order (its
-samples may depend on what a consumer did with the previous one).
+A ``Sequential`` group runs in this process, one sample at a time, in order (its samples
+may depend on what a consumer did with the previous one): with one consumer, in the
+calling thread; with several, in whichever consumer's thread asks for the next sample.
 """
 
 from __future__ import annotations
@@ -203,7 +204,7 @@ class Engine:
                 close_items()
 
     def _sequential(self, spec: PassSpec, whole: Mapping[str, Any], items: Iterator[Any]) -> Iterator[ChunkResult]:
-        """One sample at a time, in this thread (see :mod:`flowdata.run.sequential`)."""
+        """One sample at a time, in this process (see :mod:`flowdata.run.sequential`)."""
         rec, group = self.recorder, spec.group
 
         def report(delivered: int, seconds: list[float]) -> None:

@@ -164,12 +164,13 @@ class Run:
         pass_ = group.pass_of(source.name)
         plain, folds = self._consumers(pass_, exclude=source.name)
         jobs = self._jobs(plain, folds)
-        tee = Tee(self._chunks(group, pass_, [source, *plain], folds), readers=1 + len(jobs))
+        tee = Tee(self._chunks(group, pass_, [source, *plain], folds), readers=1 + len(jobs),
+                  capacity=_capacity(group))
         threads = [JobThread(job, tee, i + 1) for i, job in enumerate(jobs)]
         for t in threads:
             t.start()
         try:
-            kwargs = {**kwargs, **collect_arguments(source, tee, 0)}
+            kwargs = {**kwargs, **collect_arguments(source, tee, 0, source=True)}
         except BaseException:
             tee.close(0)
             raise
@@ -203,7 +204,8 @@ class Run:
                 folds = []
         if not plain and not folds:
             return
-        tee = Tee(self._chunks(group, pass_, plain, folds), readers=len(plain) + (1 if folds else 0))
+        tee = Tee(self._chunks(group, pass_, plain, folds), readers=len(plain) + (1 if folds else 0),
+                  capacity=_capacity(group))
         results = run_jobs(self._jobs(plain, folds), tee)
         self._keep(plain, folds, results)
         if self.cache is not None and key is not None and folds:
@@ -230,7 +232,7 @@ class Run:
             functools.partial(call_collect, node, self._whole_args(node, skip_collect=True)) for node in plain
         ]
         if folds:
-            jobs.append(functools.partial(reduce_all, [Folder(f) for f in folds]))
+            jobs.append(functools.partial(reduce_all, [_folder(self.graph.nodes[f.node], f) for f in folds]))
         return jobs
 
     def _keep(self, plain: Sequence[Node], folds: Sequence[FoldSpec], results: Sequence[Any]) -> None:
@@ -269,6 +271,18 @@ class Run:
         spec = PassSpec(group.source, pass_.number, pass_.computes, pass_.outputs)
         result = self.engine.one(spec, whole, index, item)
         return {o: result.columns[o][0] if o != group.source else item for o in pass_.outputs}
+
+
+def _capacity(group: GroupPlan) -> int:
+    # A Sequential sample is not pulled before every consumer took the one before it.
+    return 1 if group.kind == "sequential" else 4
+
+
+def _folder(node: Node, spec: FoldSpec) -> Folder:
+    try:
+        return Folder(spec)
+    except Exception as exc:  # the reducer's constructor refused the node's options
+        raise _node_error(node, exc) from exc.with_traceback(user_traceback(exc.__traceback__))
 
 
 def _then(items: Iterator[Any], cleanup: Callable[[], None]) -> Iterator[Any]:

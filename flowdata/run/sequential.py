@@ -56,6 +56,10 @@ def compile_pass(
     local = {spec.group: "item", "sample_index": "index"}
     lines: list[str] = []
     by_line: list[str] = []
+    if any(p.name == "sample_rng" and p.name not in whole for n in spec.computes for p in nodes[n].params):
+        # One generator per sample, shared by its nodes in order (as in the kernel).
+        lines.append("    rng = _rng(_seed, _epoch, index)")
+        by_line.append(spec.computes[0])
     for k, name in enumerate(spec.computes):
         node = nodes[name]
         env[f"f{k}"] = node.fn
@@ -67,7 +71,7 @@ def compile_pass(
                 ref = f"w{k}_{j}"
                 env[ref] = whole[p.name]
             elif p.name == "sample_rng":
-                ref = "_rng(_seed, _epoch, index)"
+                ref = "rng"
             else:
                 ref = f"d{k}_{j}"
                 env[ref] = p.default
@@ -164,6 +168,7 @@ class SequentialStream:
                 except Exception as exc:
                     failed(failure_of(_failed_node(exc, by_line, nodes), i, item, exc))
                     continue
+                delivered += 1  # before the hand-over: a consumer may stop the stream there
                 if single is not None:
                     yield out
                 elif folds:
@@ -173,7 +178,6 @@ class SequentialStream:
                     yield OneSample(i, out, pieces)
                 else:
                     yield OneSample(i, out, no_pieces)
-                delivered += 1
                 if delivered == _FLUSH:
                     report(delivered, [x * delivered / max(measured, 1) for x in seconds])
                     delivered, measured, seconds[:] = 0, 0, [0.0] * len(seconds)

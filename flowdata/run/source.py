@@ -269,6 +269,8 @@ class IterableSource:
 
 def as_source(node: Node, value: Any) -> IndexSource | IterableSource:
     """The source adapter for what ``node``'s function returned."""
+    if hasattr(value, "__len__") and hasattr(value, "__getitem__") and not isinstance(value, (str, bytes, dict)):
+        return IndexSource(node, SequenceIndex(value))
     if not isinstance(value, Iterable):
         raise NodeError(
             node.name,
@@ -276,8 +278,6 @@ def as_source(node: Node, value: Any) -> IndexSource | IterableSource:
             f"a source must return an iterable of samples, got {type(value).__name__}; "
             "fix: 'yield' the items or return a list",
         )
-    if hasattr(value, "__len__") and hasattr(value, "__getitem__") and not isinstance(value, (str, bytes, dict)):
-        return IndexSource(node, SequenceIndex(value))
     return IterableSource(node, value)
 
 

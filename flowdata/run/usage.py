@@ -5,13 +5,16 @@ breaking out of the loop stops the upstream work) when the function's own code r
 **once, to consume it on the spot**:
 
 - as the iterable of a ``for`` loop, of a comprehension's first ``for``, or of ``yield from``;
-- as an argument of a call that consumes an iterable there and then (``sum``, ``list``,
-  ``sorted``, ``min``, ``max``, ``any``, ``all``, ``set``, ``tuple``, ``dict``, ``"".join``,
-  ``list.extend``, ``np.fromiter``, ``math.fsum``, ``Counter``), directly or through ``enumerate``/``zip``/``map``/``filter``/``iter``
-  in such a place;
+- as an argument of a call, written by its name, that consumes an iterable there and then
+  (``sum``, ``list``, ``tuple``, ``set``, ``frozenset``, ``sorted``, ``min``, ``max``,
+  ``any``, ``all``, ``dict``, ``Counter``, ``deque``, ``np.fromiter``, ``"...".join``,
+  ``math.fsum``), directly or through ``enumerate``, ``zip``, ``map``, ``filter``, ``iter``,
+  ``islice`` or ``chain`` in such a place -- never ``np.sum``-like calls, which do not read
+  generators, nor a method of an object, which could keep its argument;
 
 and that place is not inside a loop, a nested function or a lambda (which could run it
-again, or later). Anything else -- returning it, storing it, passing it to an arbitrary
+again, or later), and the function is neither decorated (a wrapper may call it twice) nor
+a generator (its body runs after the call). Anything else -- returning it, storing it, passing it to an arbitrary
 function, concatenating it, reading it twice, a function whose source cannot be read --
 gets a ``list`` of every value, as Hamilton does. A parameter annotated with Hamilton's
 own ``hamilton.htypes.Collect`` always gets a ``list``.
@@ -31,33 +34,43 @@ from typing import Any
 
 __all__ = ["streamable"]
 
-# Calls that take any iterable and consume it before they return (never numpy's or torch's
-# array constructors: they do not read generators).
+# Calls, by their full dotted name as written, that take any iterable and consume it before
+# they return. Never numpy's or torch's reductions and constructors (``np.sum(gen)`` does not
+# read a generator), never a method of an object that could keep its argument.
 _CONSUMERS = frozenset({
-    "sum", "list", "tuple", "set", "frozenset", "sorted", "min", "max", "any", "all", "dict",
-    "Counter", "deque", "fromiter", "join", "extend", "update", "fsum",
+    "str.join", "sum", "list", "tuple", "set", "frozenset", "sorted", "min", "max", "any", "all", "dict",
+    "Counter", "collections.Counter", "deque", "collections.deque", "np.fromiter", "numpy.fromiter",
+    "math.fsum", "fsum",
 })
-_LAZY = frozenset({"enumerate", "zip", "map", "filter", "iter", "reversed", "islice", "chain"})
+# Lazy wrappers that read their iterable once, where they are consumed.
+_LAZY = frozenset({"enumerate", "zip", "map", "filter", "iter", "islice", "chain", "itertools.islice",
+                   "itertools.chain"})
 _SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)
 _LOOPS = (ast.For, ast.AsyncFor, ast.While)
 
 
-def streamable(fn: Callable[..., Any] | None, param: str) -> bool:
-    """Whether ``fn`` consumes parameter ``param`` once, on the spot (see the module docstring)."""
-    if fn is None:
+def streamable(fn: Callable[..., Any] | None, param: str, *, source: bool = False) -> bool:
+    """Whether ``fn`` consumes parameter ``param`` once, on the spot (see the module docstring).
+
+    ``fn`` must be the function that is called, not a wrapper of it: a decorated function
+    (one with ``__wrapped__``) may call its body twice or never, so it gets a list. A
+    generator function runs after the call returns, so it gets a list too -- unless it is
+    a ``source`` (whose Collect parameters stay open while its items are read).
+    """
+    if fn is None or hasattr(fn, "__wrapped__"):
         return False
     try:
-        return _streamable(inspect.unwrap(fn), param)
+        return _streamable(fn, param, source)
     except TypeError:  # unhashable callables: no cache, decide again
-        return _decide(inspect.unwrap(fn), param)
+        return _decide(fn, param, source)
 
 
 @functools.lru_cache(maxsize=1024)
-def _streamable(fn: Callable[..., Any], param: str) -> bool:
-    return _decide(fn, param)
+def _streamable(fn: Callable[..., Any], param: str, source: bool) -> bool:
+    return _decide(fn, param, source)
 
 
-def _decide(fn: Callable[..., Any], param: str) -> bool:
+def _decide(fn: Callable[..., Any], param: str, source: bool) -> bool:
     try:
         tree = ast.parse(textwrap.dedent(inspect.getsource(fn)))
     except (OSError, TypeError, SyntaxError, IndentationError):
@@ -75,6 +88,9 @@ def _decide(fn: Callable[..., Any], param: str) -> bool:
             parents[child] = node
         if isinstance(node, ast.Name) and node.id == param:
             uses.append(node)
+    if not source and any(isinstance(n, (ast.Yield, ast.YieldFrom)) and _in_body(n, parents, func)
+                          for n in ast.walk(func)):
+        return False  # a generator: its body runs after the call, when the stream is gone
     if not uses:
         return True
     if len(uses) > 1 or not isinstance(uses[0].ctx, ast.Load):
@@ -124,9 +140,23 @@ def _not_repeated(node: ast.AST, parents: dict[ast.AST, ast.AST], func: ast.AST)
     return parent is func
 
 
+def _in_body(node: ast.AST, parents: dict[ast.AST, ast.AST], func: ast.AST) -> bool:
+    """Whether ``node`` belongs to ``func`` itself, not to a function nested in it."""
+    parent = parents.get(node)
+    while parent is not None and parent is not func:
+        if isinstance(parent, _SCOPES):
+            return False
+        parent = parents.get(parent)
+    return parent is func
+
+
 def _call_name(func: ast.AST) -> str:
+    """``sum``, ``np.fromiter``, ``"".join``: the dotted name a call is written with."""
     if isinstance(func, ast.Name):
         return func.id
     if isinstance(func, ast.Attribute):
-        return func.attr
+        if func.attr == "join" and isinstance(func.value, ast.Constant) and isinstance(func.value.value, str):
+            return "str.join"
+        inner = _call_name(func.value) if isinstance(func.value, (ast.Name, ast.Attribute)) else ""
+        return f"{inner}.{func.attr}" if inner else ""
     return ""

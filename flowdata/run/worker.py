@@ -81,10 +81,16 @@ class PassContext:
                     "  fix: return a picklable value (no lambdas, open files or locks), or use "
                     "executor='inline'"
                 )
-        return (
-            "the graph's config cannot be sent to worker processes\n"
-            "  fix: use picklable config values, or executor='inline'"
-        )
+        for key, value in self.program.config.items():
+            try:
+                pickle.dumps(value)
+            except Exception as exc:
+                return (
+                    f"the graph's config cannot be sent to worker processes: '{key}' (a "
+                    f"{type(value).__name__}): {describe(exc)}\n"
+                    "  fix: use picklable config values, or executor='inline'"
+                )
+        return "the pass cannot be sent to worker processes\n  fix: use executor='inline'"
 
 
 @dataclass(frozen=True)
