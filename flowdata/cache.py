@@ -231,19 +231,37 @@ class PassCache:
                 with np.load(io.BytesIO(data), allow_pickle=False) as npz:
                     states[name] = {k: npz[k] for k in npz.files}
             return states
-        except Exception as exc:  # any damage: say so, drop the entry, recompute
+        except Exception as exc:  # any damage: say so, set the entry aside, recompute
             log.warning("cache entry %s is unreadable (%s: %s); recomputing", entry, type(exc).__name__, exc)
-            shutil.rmtree(entry, ignore_errors=True)
+            self._discard(entry)
             return None
 
-    def store(self, key: str, states: Mapping[str, Mapping[str, Any]], about: Mapping[str, Any]) -> str:
-        """Writes an entry atomically; returns its folder."""
+    def _discard(self, entry: str) -> None:
+        """Moves a damaged entry out of the way (renamed first: a reader never sees it half gone)."""
+        try:
+            aside = tempfile.mkdtemp(prefix=".bad-", dir=self.directory)
+            os.rename(entry, os.path.join(aside, "entry"))
+        except OSError:
+            return  # read-only, or another process moved it already
+        shutil.rmtree(aside, ignore_errors=True)
+
+    def store(self, key: str, states: Mapping[str, Mapping[str, Any]], about: Mapping[str, Any]) -> str | None:
+        """Writes an entry atomically; returns its folder, or None when it could not be written.
+
+        Safe with any number of processes on one directory: the entry is written to a
+        temporary folder and renamed into place, and an entry already there (another
+        process won the race) is kept and used -- an existing entry is never removed here,
+        since someone may be reading it. A directory that cannot be written (read-only,
+        full, a file in the way) gives one warning naming it, leaves nothing behind, and
+        the run goes on without caching.
+        """
         import numpy as np
 
-        os.makedirs(self.directory, exist_ok=True)
         entry = self._entry(key)
-        tmp = tempfile.mkdtemp(prefix=".tmp-", dir=self.directory)
+        tmp: str | None = None
         try:
+            os.makedirs(self.directory, exist_ok=True)
+            tmp = tempfile.mkdtemp(prefix=".tmp-", dir=self.directory)
             nodes = {}
             for name, state in states.items():
                 buf = io.BytesIO()
@@ -255,9 +273,23 @@ class PassCache:
                 nodes[name] = {"file": file, "sha256": hashlib.sha256(data).hexdigest()}
             with open(os.path.join(tmp, "manifest.json"), "w", encoding="utf-8") as f:
                 json.dump({"version": _VERSION, "key": key, "nodes": nodes, "about": dict(about)}, f, indent=1)
-            shutil.rmtree(entry, ignore_errors=True)
-            os.replace(tmp, entry)
-        except BaseException:
-            shutil.rmtree(tmp, ignore_errors=True)
-            raise
-        return entry
+            try:
+                os.rename(tmp, entry)  # atomic; fails when the entry exists
+                tmp = None
+            except OSError:
+                if not os.path.isdir(entry):
+                    raise
+                log.info("cache entry %s was stored by another process meanwhile; keeping it", entry)
+            return entry
+        except OSError as exc:
+            if self.directory not in _WARNED:
+                _WARNED.add(self.directory)
+                log.warning("cache_dir %s cannot be written (%s: %s); going on without caching",
+                            self.directory, type(exc).__name__, exc)
+            return None
+        finally:
+            if tmp is not None:
+                shutil.rmtree(tmp, ignore_errors=True)
+
+
+_WARNED: set[str] = set()

@@ -20,7 +20,9 @@ Samples skipped in the statistics pass are left out of every epoch.
 
 from __future__ import annotations
 
+import logging
 import os
+import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -44,6 +46,8 @@ if TYPE_CHECKING:
     from flowdata.driver import Driver
 
 __all__ = ["LoaderOptions", "build_dataset", "build_loader"]
+
+_log = logging.getLogger("flowdata")
 
 
 @dataclass(frozen=True)
@@ -77,6 +81,21 @@ def _statistics_executor(options: LoaderOptions) -> tuple[Executor, bool]:
         method = getattr(ctx, "get_start_method", lambda: ctx)()
         return ProcessExecutor(options.num_workers, start_method=method), True
     return InlineExecutor(), True
+
+
+def _writable(directory: str | None) -> str | None:
+    """``directory`` if an index can be written there, else None (a temporary folder)."""
+    if directory is None:
+        return None
+    try:
+        os.makedirs(directory, exist_ok=True)
+        with tempfile.TemporaryFile(dir=directory):
+            pass
+    except OSError as exc:
+        _log.warning("cache_dir %s cannot be written (%s: %s); the index goes to a temporary folder",
+                     directory, type(exc).__name__, exc)
+        return None
+    return directory
 
 
 def build_dataset(
@@ -126,7 +145,7 @@ def build_dataset(
         run = Run(driver.graph, analysis, plan, values, engine, cache)
         index = None
         if not streaming:
-            index = indexed(run.open_source(group), cache_dir)
+            index = indexed(run.open_source(group), _writable(cache_dir))
             run.use_source(group.source, index)
         bar = progress_bar(options.progress, len(index.items) if index is not None else None, 0, "statistics",
                            unit="sample")

@@ -72,7 +72,11 @@ class ReductionCache:
         states = self.store.load(key, [f.node for f in folds])
         if states is None:
             return None
-        reducers = {f.node: f.reducer.cls.from_state_dict(states[f.node]) for f in folds}
+        try:
+            reducers = {f.node: f.reducer.cls.from_state_dict(states[f.node]) for f in folds}
+        except Exception as exc:  # checksums matched, the layout did not: recompute
+            _log.warning("cache entry for %s does not restore (%s: %s); recomputing", where, type(exc).__name__, exc)
+            return None
         _log.info("%s skipped: %s loaded from the cache (key %s)", where, ", ".join(reducers), key[:12])
         return reducers
 
@@ -83,4 +87,5 @@ class ReductionCache:
             return
         states = {f.node: reducers[f.node].state_dict() for f in folds}
         entry = self.store.store(key, states, about)
-        _log.info("%s: %s stored in the cache at %s", where, ", ".join(states), entry)
+        if entry is not None:
+            _log.info("%s: %s stored in the cache at %s", where, ", ".join(states), entry)
