@@ -210,6 +210,11 @@ class PassCache:
 
     def load(self, key: str, names: Iterable[str]) -> dict[str, dict[str, Any]] | None:
         """The stored states of ``names`` under ``key``, or None (missing or corrupt)."""
+        found = self.load_entry(key, names)
+        return None if found is None else found[0]
+
+    def load_entry(self, key: str, names: Iterable[str]) -> tuple[dict[str, dict[str, Any]], dict[str, Any]] | None:
+        """The stored states of ``names`` under ``key`` and the entry's ``about`` record."""
         import numpy as np
 
         entry = self._entry(key)
@@ -230,7 +235,10 @@ class PassCache:
                     raise ValueError(f"checksum of {meta['file']} does not match")
                 with np.load(io.BytesIO(data), allow_pickle=False) as npz:
                     states[name] = {k: npz[k] for k in npz.files}
-            return states
+            about = manifest.get("about", {})
+            if not isinstance(about, dict):
+                raise ValueError("manifest's 'about' is not a record")
+            return states, about
         except Exception as exc:  # any damage: say so, set the entry aside, recompute
             log.warning("cache entry %s is unreadable (%s: %s); recomputing", entry, type(exc).__name__, exc)
             self._discard(entry)

@@ -115,6 +115,7 @@ class DataLoader(TorchDataLoader):  # type: ignore[type-arg]
         self._served = 0
         self._epoch = 0
         self._resume_at = 0  # set by load_state_dict for the next iteration only
+        self._finished = False  # the last iteration ran to the end of its epoch
 
     @property
     def streaming(self) -> bool:
@@ -131,6 +132,7 @@ class DataLoader(TorchDataLoader):  # type: ignore[type-arg]
             return
         self._epoch = int(epoch)
         self._resume_at = 0
+        self._finished = False
         self._start_at(0)
 
     def _start_at(self, batch: int) -> None:
@@ -154,6 +156,7 @@ class DataLoader(TorchDataLoader):  # type: ignore[type-arg]
 
     def __iter__(self) -> Iterator[Any]:  # type: ignore[override]
         start, self._resume_at = self._resume_at, 0
+        self._finished = False
         self._start_at(start)
         total = len(self.flow_sampler) if self.flow_sampler is not None else None
         bar = progress_bar(self.progress, total, start, f"epoch {self._epoch}")
@@ -190,6 +193,7 @@ class DataLoader(TorchDataLoader):  # type: ignore[type-arg]
         if new:
             _log.warning("epoch %d: %d samples skipped (%s)", self._epoch, new, self.report.summary())
         self._start_at(0)
+        self._finished = True
 
     def _account(self, batch: Batch) -> None:
         if batch.error is not None:
@@ -242,7 +246,14 @@ class DataLoader(TorchDataLoader):  # type: ignore[type-arg]
         }
 
     def state_dict(self) -> dict[str, Any]:
-        """The position in the epoch (batches served so far), and what fixes the order."""
+        """The position in the epoch (batches served so far), and what fixes the order.
+
+        Taken after an iteration ran to the end of its epoch (the usual place: after the
+        epoch's ``for`` loop), it is the start of the next epoch, so a resumed training loop
+        trains every epoch exactly once.
+        """
+        if self._finished:
+            return {"version": 1, "epoch": self._epoch + 1, "batches_served": 0, **self._identity_state()}
         return {"version": 1, "epoch": self._epoch, "batches_served": self._served, **self._identity_state()}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
@@ -259,9 +270,24 @@ class DataLoader(TorchDataLoader):  # type: ignore[type-arg]
                 f"cannot resume: this loader differs from the saved one ({what})\n"
                 "  fix: build the loader with the same data and arguments (num_workers may differ)"
             )
-        self._epoch = int(state["epoch"])
-        self._resume_at = int(state["batches_served"])
+        epoch, served = state.get("epoch"), state.get("batches_served")
+        total = len(self.flow_sampler) if self.flow_sampler is not None else None
+        if (state.get("version") != 1 or not _count(epoch) or not _count(served)
+                or (total is not None and served > total)):  # type: ignore[operator]
+            raise FlowdataError(
+                f"cannot resume: the saved position is impossible (version {state.get('version')!r}, epoch "
+                f"{epoch!r}, batches_served {served!r}"
+                + (f" of {total} batches per epoch" if total is not None else "") + ")\n"
+                "  fix: pass a state_dict() of a flowdata.DataLoader as it was saved"
+            )
+        self._epoch = int(epoch)  # type: ignore[arg-type]
+        self._resume_at = int(served)  # type: ignore[arg-type]
+        self._finished = False
         self._start_at(self._resume_at)
+
+def _count(x: object) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool) and x >= 0
+
 
 def _forget_workers(it: Any) -> None:
     """Stops torch's SIGCHLD handler from reporting the same death again, later and anywhere.

@@ -6,6 +6,7 @@ what a pass's key covers (see that module's docstring) and restores reducers fro
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -14,6 +15,7 @@ from flowdata.cache import PassCache, digest, source_text
 from flowdata.discover import Program
 from flowdata.node import Node
 from flowdata.plan import GroupPlan, PassPlan
+from flowdata.report import Skip
 from flowdata.run.kernel import FoldSpec
 from flowdata.run.source import Source
 
@@ -54,7 +56,7 @@ class ReductionCache:
             items_digest, count = open_source().fingerprint()
             code = [source_text(self.nodes[n].origin) for n in (group.source, *pass_.computes)]
             base = self._bases[(group.source, pass_.number)] = digest(
-                ["flowdata-pass", 2, group.source, pass_.number, items_digest, count, code,
+                ["flowdata-pass", 3, group.source, pass_.number, items_digest, count, code,
                  sorted(whole.items()), sorted(self.program.config.items(), key=repr)]
             )
         parts = [
@@ -65,27 +67,34 @@ class ReductionCache:
         ]
         return digest([base, parts])
 
-    def load(self, key: str, folds: Sequence[FoldSpec], where: str) -> dict[str, Any] | None:
-        """The reducers stored under ``key``, or None (missing, corrupt, or not restorable)."""
+    def load(self, key: str, folds: Sequence[FoldSpec], where: str) -> tuple[dict[str, Any], list[Skip]] | None:
+        """The reducers stored under ``key`` and the samples the run that stored them
+        skipped, or None (missing, corrupt, or not restorable)."""
         if any(getattr(f.reducer.cls, "from_state_dict", None) is None for f in folds):
             return None
-        states = self.store.load(key, [f.node for f in folds])
-        if states is None:
+        found = self.store.load_entry(key, [f.node for f in folds])
+        if found is None:
             return None
+        states, about = found
         try:
             reducers = {f.node: f.reducer.cls.from_state_dict(states[f.node]) for f in folds}
+            skips = [Skip(int(s["index"]), str(s["item"]), str(s["node"]), str(s["error"]), str(s["group"]),
+                          int(s["pass_"])) for s in about.get("skipped", [])]
         except Exception as exc:  # checksums matched, the layout did not: recompute
             _log.warning("cache entry for %s does not restore (%s: %s); recomputing", where, type(exc).__name__, exc)
             return None
         _log.info("%s skipped: %s loaded from the cache (key %s)", where, ", ".join(reducers), key[:12])
-        return reducers
+        return reducers, skips
 
     def save(self, key: str, folds: Sequence[FoldSpec], reducers: Mapping[str, Any], where: str,
-             about: Mapping[str, Any]) -> None:
-        """Stores the reducers of a pass under ``key`` (those that can be restored)."""
+             about: Mapping[str, Any], skipped: Sequence[Skip] = ()) -> None:
+        """Stores the reducers of a pass under ``key`` (those that can be restored), with the
+        samples skipped so far in its group: a later run that loads them leaves the same
+        samples out of its epochs as this one."""
         if any(not hasattr(f.reducer.cls, "from_state_dict") for f in folds):
             return
         states = {f.node: reducers[f.node].state_dict() for f in folds}
-        entry = self.store.store(key, states, about)
+        record = {**about, "skipped": [dataclasses.asdict(s) for s in skipped]}
+        entry = self.store.store(key, states, record)
         if entry is not None:
             _log.info("%s: %s stored in the cache at %s", where, ", ".join(states), entry)

@@ -78,6 +78,21 @@ class Recorder:
         """The samples of ``group`` skipped so far."""
         return frozenset(self._skips.get(group, ()))
 
+    def skips_of(self, group: str) -> list[Skip]:
+        """The skip records of ``group`` so far (what a pass-cache entry keeps)."""
+        return [s for s in self.report.skipped if s.group == group]
+
+    def restore(self, skips: Sequence[Skip]) -> None:
+        """Takes the skips of a pass loaded from the cache, as if they happened in this run."""
+        fresh = [s for s in skips if s.index not in self._skips.get(s.group, ())]
+        for s in fresh:
+            self._skips.setdefault(s.group, set()).add(s.index)
+            self._logged.add((s.group, s.index))
+        if fresh:
+            _log.info("%d samples skipped when the cached pass ran are left out again", len(fresh))
+            self.report.skipped.extend(fresh)
+            self.report.check(total=None)
+
     def check(self, group: str, pass_: int, result: ChunkResult) -> ChunkResult:
         """Records a chunk; raises its failure, if it has one."""
         self.record(group, pass_, len(result.indices), result.node_seconds, result.skipped, result.failure,

@@ -199,8 +199,12 @@ class Run:
             key = self.cache.key(group, pass_, folds, self.pass_whole(pass_), lambda: self.open_source(group),
                                  chained=group.source in self.analysis.closes)
             loaded = self.cache.load(key, folds, _where(group, pass_)) if key is not None else None
+            recorder = self.engine.recorder
+            if loaded is not None and loaded[1] and not recorder.skip:
+                loaded = None  # stored by a run that skipped samples: under "raise", they must raise
             if loaded is not None:
-                self._keep([], folds, [loaded])
+                self._keep([], folds, [loaded[0]])
+                recorder.restore(loaded[1])
                 folds = []
         if not plain and not folds:
             return
@@ -210,7 +214,8 @@ class Run:
         self._keep(plain, folds, results)
         if self.cache is not None and key is not None and folds:
             self.cache.save(key, folds, self.reducers, _where(group, pass_),
-                            {"group": group.source, "pass": pass_.number})
+                            {"group": group.source, "pass": pass_.number},
+                            self.engine.recorder.skips_of(group.source))
 
     def _consumers(self, pass_: PassPlan, exclude: str = "") -> tuple[list[Node], list[FoldSpec]]:
         """The Collect nodes a pass still has to feed: plain ones, and reductions."""
