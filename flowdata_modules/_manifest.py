@@ -5,8 +5,9 @@ A manifest is either
 - a CSV file with columns ``path,label`` (other columns ignored), paths relative to the
   CSV's folder; or
 - a folder: every file with one of the module's ``suffixes`` below it (symbolic links
-  followed, hidden files and folders left out), labelled by the **class folder** it is in,
-  the first folder under the root (``train/dog/001.wav`` and ``train/dog/x/002.wav`` ->
+  followed, each real file and folder visited once -- a link loop is skipped with one
+  warning --, hidden files and folders left out), labelled by the **class folder** it is
+  reached through first in sorted order: the first folder under the root (``train/dog/001.wav`` and ``train/dog/x/002.wav`` ->
   ``dog``), as torchvision's ``ImageFolder`` does; a file directly in the root has no
   label and is an error;
 - a glob pattern (``*``, ``?``, ``[``; ``**`` crosses folders) that names no existing
@@ -20,8 +21,11 @@ from __future__ import annotations
 
 import csv
 import glob
+import logging
 import os
 from collections.abc import Collection, Iterator
+
+_log = logging.getLogger("flowdata")
 
 
 def read_manifest(manifest: str, suffixes: Collection[str] = ()) -> Iterator[dict[str, str]]:
@@ -49,10 +53,21 @@ def _folder(root: str, suffixes: Collection[str]) -> Iterator[dict[str, str]]:
     top = os.path.abspath(root)
     found: list[str] = []
     loose: list[str] = []
+    seen_dirs: set[str] = set()
+    loops: list[str] = []
     for folder, dirs, names in os.walk(top, followlinks=True):
-        dirs[:] = [d for d in dirs if not d.startswith(".")]
+        real = os.path.realpath(folder)
+        if real in seen_dirs:  # a link back to a folder already walked (a loop, or a second way in)
+            loops.append(folder)
+            dirs[:] = []
+            continue
+        seen_dirs.add(real)
+        dirs[:] = sorted(d for d in dirs if not d.startswith("."))  # walked in sorted order
         files = [os.path.join(folder, n) for n in names if not n.startswith(".") and _wanted(n, suffixes)]
         (loose if folder == top else found).extend(files)
+    if loops:
+        _log.warning("%s: %d folder(s) reached again through a symbolic link were skipped, e.g. %s",
+                     root, len(loops), min(loops))
     if loose:
         raise ValueError(
             f"{root}: {len(loose)} file(s) directly in the folder have no label, e.g. {min(loose)}\n"
@@ -60,7 +75,12 @@ def _folder(root: str, suffixes: Collection[str]) -> Iterator[dict[str, str]]:
         )
     if not found:
         raise ValueError(_nothing(root, suffixes))
+    files_seen: set[str] = set()
     for path in sorted(found):
+        real = os.path.realpath(path)
+        if real in files_seen:  # one real file, reached twice through links: once, first way in
+            continue
+        files_seen.add(real)
         yield {"path": path, "label": os.path.relpath(path, top).split(os.sep)[0]}
 
 

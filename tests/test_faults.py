@@ -200,3 +200,23 @@ def test_a_tampered_position(build: Callable[..., fd.Driver], tamper: dict[str, 
     state = {**loader.state_dict(), **tamper}
     with pytest.raises(fd.FlowdataError, match=r"cannot resume: the saved position is impossible"):
         dr.dataloader(["value"], inputs={"n": 20, "bad": []}, batch_size=6).load_state_dict(state)
+
+
+def test_a_folder_manifest_with_a_link_back_to_its_root(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    import flowdata_modules.image as image
+
+    root = tmp_path / "data"
+    for label, names in (("cat", ["a.png", "b.png"]), ("dog", ["c.png", "d.png"])):
+        (root / label).mkdir(parents=True)
+        for name in names:
+            (root / label / name).write_bytes(b"not decoded here")
+    (root / "cat" / "up").symlink_to("..")  # cat/up -> data: a loop
+    (root / "dog" / "also_a.png").symlink_to(root / "cat" / "a.png")  # one real file, two ways in
+    dr = fd.Builder().with_modules(image).build()
+    with caplog.at_level(logging.WARNING, logger="flowdata"):
+        loader = dr.dataloader(["row", "label_name"], inputs={"manifest": str(root)}, batch_size=10)
+        rows = [(Path(p).relative_to(root).as_posix(), lab)
+                for b in loader for p, lab in zip(b["row"]["path"], b["label_name"], strict=True)]
+    assert rows == [("cat/a.png", "cat"), ("cat/b.png", "cat"), ("dog/c.png", "dog"), ("dog/d.png", "dog")]
+    loops = [r.getMessage() for r in caplog.records if "reached again through a symbolic link" in r.getMessage()]
+    assert len(loops) == 1 and "cat/up" in loops[0]
