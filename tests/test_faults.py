@@ -220,3 +220,77 @@ def test_a_folder_manifest_with_a_link_back_to_its_root(tmp_path: Path, caplog: 
     assert rows == [("cat/a.png", "cat"), ("cat/b.png", "cat"), ("dog/c.png", "dog"), ("dog/d.png", "dog")]
     loops = [r.getMessage() for r in caplog.records if "reached again through a symbolic link" in r.getMessage()]
     assert len(loops) == 1 and "cat/up" in loops[0]
+
+
+COLLATE = """
+import torch
+from flowdata import Parallel
+
+def item(n: int) -> Parallel[int]:
+    yield from range(n)
+
+def ragged(item: int) -> torch.Tensor:
+    return torch.zeros(1 + item % 2)
+
+def sometimes_none(item: int) -> int | None:
+    return None if item == 5 else item
+
+def stops(item: int) -> int:
+    if item == 2:
+        raise SystemExit(3)
+    return item
+"""
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_a_batch_that_cannot_be_collated(build: Callable[..., fd.Driver], workers: int) -> None:
+    dr = build(COLLATE)
+    loader = dr.dataloader(["ragged"], inputs={"n": 8}, batch_size=4, num_workers=workers)
+    with pytest.raises(fd.FlowdataError, match=r"output 'ragged' could not be collated into a batch of samples \[0, 1, 2, 3\] \(group 'item'\): RuntimeError: .*\n  fix: make every sample's value the same shape"):
+        list(loader)
+    loader = dr.dataloader(["sometimes_none"], inputs={"n": 8}, batch_size=4, num_workers=workers)
+    with pytest.raises(fd.FlowdataError, match=r"output 'sometimes_none' could not be collated into a batch of samples \[4, 5, 6, 7\]"):
+        list(loader)
+
+
+def test_a_node_that_calls_sys_exit(build: Callable[..., fd.Driver]) -> None:
+    dr = build(COLLATE)
+    with pytest.raises(fd.SampleError, match=r"node 'stops' \(.*:14\) failed on sample 2 of group 'item'.*SystemExit: 3"):
+        dr.run_sample(["stops"], index=2, inputs={"n": 4})
+    loader = dr.dataloader(["stops"], inputs={"n": 4}, batch_size=4, on_error="skip")
+    assert [v for b in loader for v in b["stops"].tolist()] == [0, 1, 3]
+    assert [s.index for s in loader.report.skipped] == [2]
+
+
+FAILING_SOURCE = """
+from flowdata import Parallel
+
+def item(n: int) -> Parallel[int]:
+    for i in range(n):
+        if i == 70_000:
+            raise OSError("disk gone")
+        yield i
+
+def doubled(item: int) -> int:
+    return 2 * item
+"""
+
+
+def test_an_index_build_that_fails_leaves_nothing(build: Callable[..., fd.Driver], tmp_path: Path,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    import tempfile
+
+    temp = tmp_path / "tmp"
+    temp.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(temp))
+    stale = temp / "flowdata-index-999999999-abc"  # a killed run's index (no such pid)
+    stale.mkdir()
+    (stale / "item-1.arrow").write_bytes(b"x")
+    dr = build(FAILING_SOURCE)
+    with pytest.raises(fd.NodeError, match=r"OSError: disk gone \(while producing sample 70000\)"):
+        dr.dataloader(["doubled"], inputs={"n": 100_000})
+    assert list(temp.iterdir()) == []  # neither this run's partial index nor the stale one
+    cache = tmp_path / "cache"
+    with pytest.raises(fd.NodeError, match=r"disk gone"):
+        dr.dataloader(["doubled"], inputs={"n": 100_000}, cache_dir=cache)
+    assert list(cache.glob("*.arrow")) == []

@@ -38,7 +38,7 @@ from flowdata.run.passes import Recorder
 from flowdata.run.source import ItemIndex, as_source
 from flowdata.run.worker import nodes_for
 from flowdata.loader.order import stream_batches
-from flowdata.loader.wire import Batch, collate
+from flowdata.loader.wire import Batch, CollateError, collate
 
 __all__ = ["BatchView", "PassDataset", "PassWork", "StreamDataset"]
 
@@ -94,7 +94,20 @@ class PassWork:
         result = self.columns(indices, items, epoch)
         data: Any = result.columns
         if result.failure is None:
-            data = collate(self.outputs, self.collate_fn, result.columns, len(result.indices))
+            try:
+                data = collate(self.outputs, self.collate_fn, result.columns, len(result.indices))
+            except CollateError as err:
+                # Sent as data: the loader raises it in the main process, at any worker count.
+                what = ("collate_fn raised on the batch of samples" if err.output == "collate_fn" else
+                        f"output '{err.output}' could not be collated into a batch of samples")
+                error = FlowdataError(
+                    f"{what} {list(result.indices)} (group '{self.spec.group}'): {describe(err.cause)}\n"
+                    "  fix: make every sample's value the same shape and type (pad ragged tensors, no None "
+                    "among numbers), or pass a collate_fn that can batch them"
+                )
+                error.__cause__ = err.cause
+                return Batch(None, list(result.indices), result.skipped, None, result.node_seconds, result.worker,
+                             error=error)
         return Batch.of(result, data)
 
     def _rows(self, result: ChunkResult) -> list[dict[str, Any]]:

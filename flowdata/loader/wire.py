@@ -15,7 +15,7 @@ from torch.utils.data._utils.collate import default_collate
 
 from flowdata.run.kernel import ChunkResult, Failure
 
-__all__ = ["INLINE_BYTES", "Batch", "collate"]
+__all__ = ["INLINE_BYTES", "Batch", "CollateError", "collate"]
 
 
 class Batch:
@@ -118,9 +118,28 @@ def collate_column(column: list[Any]) -> Any:
 def collate(
     outputs: Sequence[str], collate_fn: Callable[[list[dict[str, Any]]], Any] | None, columns: Mapping[str, list[Any]], n: int
 ) -> Any:
+    """The batch of a computed chunk: a dict of collated columns, or what ``collate_fn`` makes
+    of the rows. Raises ``CollateError`` naming the output that could not be collated."""
     if collate_fn is not None:
         rows = [{k: columns[k][i] for k in outputs} for i in range(n)]
-        return collate_fn(rows)
+        try:
+            return collate_fn(rows)
+        except Exception as exc:
+            raise CollateError("collate_fn", exc) from exc
     if n == 0:
         return {k: [] for k in outputs}
-    return {k: collate_column(columns[k]) for k in outputs}
+    out = {}
+    for k in outputs:
+        try:
+            out[k] = collate_column(columns[k])
+        except Exception as exc:
+            raise CollateError(k, exc) from exc
+    return out
+
+
+class CollateError(Exception):
+    """An output's values could not be collated into a batch (ragged shapes, ``None``...)."""
+
+    def __init__(self, output: str, cause: BaseException):
+        super().__init__(output, cause)
+        self.output, self.cause = output, cause

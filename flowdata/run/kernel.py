@@ -198,7 +198,7 @@ def _compute(
             else:
                 names = tuple(p.name for p in node.params)
                 out.extend(map(_call_kw, repeat(node.fn), repeat(names), zip(*args)))
-        except Exception as exc:
+        except (Exception, SystemExit) as exc:  # sys.exit() in a node is that node's failure
             # list.extend keeps what it appended before the error: len(out) is the failing sample.
             i = len(out)
             return ChunkResult(indices, {}, _failure(name, node.location, indices[i], items[i], exc), 0.0, worker)

@@ -165,7 +165,7 @@ class SequentialStream:
                         countdown = _TIMED - 1
                         measured += 1
                         out = timed(item, i, seconds)
-                except Exception as exc:
+                except (Exception, SystemExit) as exc:  # sys.exit() in a node is its failure
                     failed(failure_of(_failed_node(exc, by_line, nodes), i, item, exc))
                     continue
                 delivered += 1  # before the hand-over: a consumer may stop the stream there

@@ -288,20 +288,58 @@ def indexed(source: IndexSource | IterableSource, directory: str | None) -> Inde
     return IndexSource(source.node, _write_index(source.open(), directory, source.node.name))
 
 
+_TEMP_PREFIX = "flowdata-index-"
+
+
 def _write_index(items: Iterable[Any], directory: str | None, name: str) -> ArrowIndex:
-    """An Arrow index of ``items`` (in a temporary folder, removed with it, when None)."""
-    index = _write_arrow(iter(items), directory, name)
-    if directory is None:
-        # A temporary index lives as long as the index object in this process (workers,
-        # which hold copies, stop before the loader that owns it is collected).
-        weakref.finalize(index, shutil.rmtree, os.path.dirname(index.path), True)
+    """An Arrow index of ``items`` (in a temporary folder, removed with it, when None).
+
+    A temporary folder is named after this process (``flowdata-index-<pid>-...``); it is
+    removed when the index is collected, at exit, and when writing it fails. Folders that a
+    killed process left behind (its pid no longer running) are removed by the next one.
+    """
+    if directory is not None:
+        return _write_arrow(iter(items), directory, name)
+    _remove_stale()
+    folder = tempfile.mkdtemp(prefix=f"{_TEMP_PREFIX}{os.getpid()}-")
+    try:
+        index = _write_arrow(iter(items), folder, name)
+    except BaseException:
+        shutil.rmtree(folder, ignore_errors=True)
+        raise
+    # A temporary index lives as long as the index object in this process (workers,
+    # which hold copies, stop before the loader that owns it is collected).
+    weakref.finalize(index, shutil.rmtree, folder, True)
     return index
+
+
+def _remove_stale() -> None:
+    """Removes temporary indexes of processes that are gone (killed before their clean-up)."""
+    root = tempfile.gettempdir()
+    try:
+        names = [n for n in os.listdir(root) if n.startswith(_TEMP_PREFIX)]
+    except OSError:
+        return
+    for n in names:
+        pid = n[len(_TEMP_PREFIX):].split("-", 1)[0]
+        if pid.isdigit() and int(pid) != os.getpid() and not _alive(int(pid)):
+            shutil.rmtree(os.path.join(root, n), ignore_errors=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # it exists, owned by someone else
+        return True
+    return True
 
 
 def _write_arrow(items: Iterable[Any], directory: str | None, name: str) -> ArrowIndex:
     import pyarrow as pa
 
-    folder = directory or tempfile.mkdtemp(prefix="flowdata-index-")
+    folder = directory if directory is not None else tempfile.mkdtemp(prefix=_TEMP_PREFIX)
     os.makedirs(folder, exist_ok=True)
     fd, path = tempfile.mkstemp(prefix=f"{name}-", suffix=".arrow", dir=folder)
     os.close(fd)
@@ -336,6 +374,15 @@ def _write_arrow(items: Iterable[Any], directory: str | None, name: str) -> Arro
             length += len(batch)
         if writer is None:
             writer = pa.ipc.new_file(path, pa.schema([pa.field("item", pa.null())]))
+    except BaseException:
+        if writer is not None:
+            writer.close()
+            writer = None
+        try:
+            os.remove(path)  # nothing partial is left behind
+        except OSError:
+            pass
+        raise
     finally:
         if writer is not None:
             writer.close()
