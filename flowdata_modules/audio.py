@@ -32,9 +32,11 @@ def row(manifest: str) -> Parallel[dict[str, str]]:
     yield from read_manifest(manifest, AUDIO_SUFFIXES)
 
 
-def waveform(row: dict[str, str], sample_rate: int = 16000, clip_seconds: float = 1.0) -> torch.Tensor:
-    """The clip decoded, mono, resampled to ``sample_rate``, padded or trimmed: ``[samples]``."""
-    wave, _ = load_audio(row["path"], sample_rate=sample_rate, mono=True)
+def waveform(row: dict[str, str], sample_rate: int = 16000, clip_seconds: float = 1.0,
+             max_seconds: float = 3600.0) -> torch.Tensor:
+    """The clip decoded, mono, resampled to ``sample_rate``, padded or trimmed: ``[samples]``.
+    A file whose header declares more than ``max_seconds`` is refused before decoding."""
+    wave, _ = load_audio(row["path"], sample_rate=sample_rate, mono=True, max_seconds=max_seconds)
     clip: torch.Tensor = PadOrTrim(int(round(sample_rate * clip_seconds)))(wave[0])
     return clip
 

@@ -39,9 +39,10 @@ def row(manifest: str) -> Parallel[dict[str, str]]:
     yield from read_manifest(manifest, IMAGE_SUFFIXES)
 
 
-def resized(row: dict[str, str], image_size: int = 32) -> torch.Tensor:
-    """The image decoded as RGB in [0, 1], its short side resized, centre-cropped square."""
-    image = load_image(row["path"], mode="RGB")
+def resized(row: dict[str, str], image_size: int = 32, max_pixels: int = 90_000_000) -> torch.Tensor:
+    """The image decoded as RGB in [0, 1], its short side resized, centre-cropped square.
+    An image whose header declares more than ``max_pixels`` is refused before decoding."""
+    image = load_image(row["path"], mode="RGB", max_pixels=max_pixels)
     h, w = image.shape[-2:]
     scale = image_size / min(h, w)
     size = (max(image_size, round(h * scale)), max(image_size, round(w * scale)))

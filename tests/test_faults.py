@@ -294,3 +294,58 @@ def test_an_index_build_that_fails_leaves_nothing(build: Callable[..., fd.Driver
     with pytest.raises(fd.NodeError, match=r"disk gone"):
         dr.dataloader(["doubled"], inputs={"n": 100_000}, cache_dir=cache)
     assert list(cache.glob("*.arrow")) == []
+
+
+@pytest.mark.filterwarnings("ignore::PIL.Image.DecompressionBombWarning")  # Pillow's own, then ours
+def test_a_small_file_that_declares_a_huge_image(tmp_path: Path) -> None:
+    from PIL import Image
+
+    from flowdata.media import load_image
+
+    path = tmp_path / "huge.png"
+    Image.new("L", (10000, 9100)).save(path)  # a few hundred kB: zeros compress well
+    assert path.stat().st_size < 1_000_000
+    with pytest.raises(fd.MediaError, match=r"huge.png: declares 10000x9100 = 91 megapixels, above max_pixels=90,000,000"):
+        load_image(path)
+    small = tmp_path / "small.png"
+    Image.new("RGB", (40, 30)).save(small)
+    with pytest.raises(fd.MediaError, match=r"declares 40x30 = 0 megapixels, above max_pixels=1,000"):
+        load_image(small, max_pixels=1000)
+    assert tuple(load_image(small).shape) == (3, 30, 40)
+
+
+def test_a_decompression_bomb_names_its_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from PIL import Image
+
+    from flowdata.media import load_image
+
+    path = tmp_path / "bomb.png"
+    Image.new("L", (400, 300)).save(path)
+    monkeypatch.setattr(Image, "MAX_IMAGE_PIXELS", 1000)  # Pillow's bomb check fires at twice this
+    with pytest.raises(fd.MediaError, match=r"bomb.png: is far too large to decode \(.*\)"):
+        load_image(path, max_pixels=None)
+
+
+def test_a_jpeg_is_decoded_at_a_reduced_scale_when_that_is_enough(tmp_path: Path) -> None:
+    from PIL import Image
+
+    from flowdata.media import load_image
+
+    path = tmp_path / "photo.jpg"
+    Image.new("RGB", (800, 600), (200, 30, 30)).save(path, quality=95)
+    assert tuple(load_image(path).shape) == (3, 600, 800)
+    assert tuple(load_image(path, draft=(100, 75)).shape) == (3, 75, 100)  # 1/8 of the size
+    assert tuple(load_image(path, draft=(300, 200)).shape) == (3, 300, 400)  # 1/2 still covers it
+
+
+def test_a_wav_whose_header_says_one_hertz(tmp_path: Path) -> None:
+    import soundfile as sf
+
+    from flowdata.media import load_audio
+
+    path = tmp_path / "slow.wav"
+    sf.write(path, np.zeros(8000, dtype=np.float32), 1)  # 8 KB of samples, 8000 s long
+    with pytest.raises(fd.MediaError, match=r"slow.wav: declares 8000 frames at 1 Hz = 8,000 s, above max_seconds=3600"):
+        load_audio(path, sample_rate=16000)
+    wave, rate = load_audio(path, max_seconds=None)
+    assert rate == 1 and tuple(wave.shape) == (1, 8000)

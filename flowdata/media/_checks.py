@@ -16,4 +16,10 @@ def existing(path: str | os.PathLike[str]) -> str:
         raise MediaError(text, "is a folder, not a file")
     if os.path.getsize(text) == 0:
         raise MediaError(text, "file is empty (0 bytes)", "re-export or remove the file")
+    try:
+        with open(text, "rb"):
+            pass
+    except OSError as exc:  # the system refuses: say so, never "corrupt"
+        reason = (exc.strerror or type(exc).__name__).lower()
+        raise MediaError(text, f"cannot be opened ({reason})", "check the file's permissions and the disk") from exc
     return text

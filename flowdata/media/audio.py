@@ -11,7 +11,7 @@ from typing import Any
 from flowdata.errors import MediaError
 from flowdata.media._checks import existing
 
-__all__ = ["AudioInfo", "audio_info", "load_audio"]
+__all__ = ["MAX_SECONDS", "AudioInfo", "audio_info", "load_audio"]
 
 
 @dataclass(frozen=True)
@@ -49,13 +49,26 @@ def audio_info(path: str | os.PathLike[str]) -> AudioInfo:
     return AudioInfo(text, int(info.samplerate), int(info.channels), int(info.frames), str(info.format))
 
 
-def load_audio(path: str | os.PathLike[str], sample_rate: int | None = None, mono: bool = True) -> tuple[Any, int]:
+MAX_SECONDS = 3600.0
+"""Default ``max_seconds`` of :func:`load_audio`: an hour."""
+
+
+def load_audio(
+    path: str | os.PathLike[str],
+    sample_rate: int | None = None,
+    mono: bool = True,
+    *,
+    max_seconds: float | None = MAX_SECONDS,
+) -> tuple[Any, int]:
     """Decodes a file into a float32 tensor ``[channels, frames]`` in [-1, 1].
 
     Args:
         path: The file.
         sample_rate: Resample to this rate (torchaudio's resampler) when it differs.
         mono: Average the channels into one.
+        max_seconds: Refuse, before decoding, a file whose header declares a longer
+            duration (an 8 KB WAV whose header says 1 Hz lasts 2 hours, and resampled to
+            16 kHz fills half a gigabyte); None for no limit.
 
     Returns:
         ``(waveform, sample_rate)``.
@@ -66,7 +79,14 @@ def load_audio(path: str | os.PathLike[str], sample_rate: int | None = None, mon
     sf = _soundfile()
     try:
         with sf.SoundFile(text) as f:
+            if max_seconds is not None and f.samplerate > 0 and f.frames / f.samplerate > max_seconds:
+                raise MediaError(
+                    text, f"declares {f.frames} frames at {f.samplerate} Hz = {f.frames / f.samplerate:,.0f} s, above "
+                    f"max_seconds={max_seconds:g}", "cut or re-export the file, or raise max_seconds if it is meant",
+                )
             data, rate, log = f.read(dtype="float32", always_2d=True), f.samplerate, f.extra_info
+    except MediaError:
+        raise
     except Exception as exc:
         decoded = _torchcodec(text)
         if decoded is None:
@@ -121,6 +141,8 @@ def _torchcodec(path: str) -> tuple[Any, int] | None:
 def _unreadable(path: str, exc: Exception) -> MediaError:
     message = str(exc)
     low = message.lower()
+    if "permission denied" in low:
+        return MediaError(path, "cannot be opened (permission denied)", "check the file's permissions")
     if "does not exist or is not a regular file" in low:
         # libsndfile's words for a file its MP3 decoder rejects; the file exists (checked first)
         message = "libsndfile's decoders found no audio stream in it"

@@ -9,7 +9,7 @@ from typing import Any
 from flowdata.errors import MediaError
 from flowdata.media._checks import existing
 
-__all__ = ["ImageInfo", "image_info", "load_image"]
+__all__ = ["MAX_PIXELS", "ImageInfo", "image_info", "load_image"]
 
 _MODES = ("RGB", "L", "RGBA", None)
 
@@ -26,11 +26,20 @@ class ImageInfo:
     format: str
 
 
+MAX_PIXELS = 90_000_000
+"""Default ``max_pixels`` of :func:`load_image`: about Pillow's own warning threshold."""
+
+
 def _open(path: str) -> Any:
     from PIL import Image, UnidentifiedImageError
 
     try:
         return Image.open(path)
+    except Image.DecompressionBombError as exc:
+        raise MediaError(
+            path, f"is far too large to decode ({exc})",
+            "downscale the file, or raise PIL.Image.MAX_IMAGE_PIXELS and max_pixels if it is meant",
+        ) from exc
     except UnidentifiedImageError as exc:
         known = _signature(path)
         if known is not None:  # PIL says "cannot identify" for a file cut inside its header too
@@ -72,7 +81,14 @@ def image_info(path: str | os.PathLike[str]) -> ImageInfo:
         return ImageInfo(text, im.width, im.height, im.mode, int(getattr(im, "n_frames", 1)), str(im.format))
 
 
-def load_image(path: str | os.PathLike[str], mode: str | None = "RGB", page: int = 0) -> Any:
+def load_image(
+    path: str | os.PathLike[str],
+    mode: str | None = "RGB",
+    page: int = 0,
+    *,
+    max_pixels: int | None = MAX_PIXELS,
+    draft: tuple[int, int] | None = None,
+) -> Any:
     """Decodes an image into a float32 tensor ``[channels, height, width]``.
 
     Integer pixels are scaled to [0, 1] by their type's maximum (255, or 65535 for 16-bit);
@@ -84,6 +100,12 @@ def load_image(path: str | os.PathLike[str], mode: str | None = "RGB", page: int
             file's own channels (e.g. a multi-channel TIFF); a palette image then comes as
             its colours, RGB (RGBA when it has transparency), never as palette indices.
         page: The page of a multi-page file (TIFF).
+        max_pixels: Refuse, before decoding, an image whose header declares more pixels
+            (a small file can declare a huge image: a 0.25 MB PNG of 10000x9000); None
+            for no limit.
+        draft: ``(width, height)`` the caller needs at least: a JPEG is then decoded at the
+            smallest of its built-in reduced scales (1/2, 1/4, 1/8) that still covers it.
+            Other formats decode in full.
     """
     import numpy as np
     import torch
@@ -92,6 +114,13 @@ def load_image(path: str | os.PathLike[str], mode: str | None = "RGB", page: int
         raise MediaError(os.fspath(path), f"mode {mode!r} is not supported", "use 'RGB', 'L', 'RGBA' or None")
     text = existing(path)
     with _open(text) as im:
+        if max_pixels is not None and im.width * im.height > max_pixels:
+            raise MediaError(
+                text, f"declares {im.width}x{im.height} = {im.width * im.height / 1e6:.0f} megapixels, above "
+                f"max_pixels={max_pixels:,}", "downscale the file, or raise max_pixels if it is meant",
+            )
+        if draft is not None and im.format == "JPEG":
+            im.draft(mode if mode in ("RGB", "L") else None, draft)
         pages = int(getattr(im, "n_frames", 1))
         if not 0 <= page < pages:
             raise MediaError(text, f"has {pages} page(s), not page {page}")
