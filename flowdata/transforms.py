@@ -11,10 +11,13 @@ maths, these wrap them.
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import torch
 from torch import nn
+
+_log = logging.getLogger("flowdata")
 
 __all__ = [
     "CenterCrop",
@@ -41,7 +44,9 @@ class Normalize(FeatureTransform):
 
     Args:
         mean: Per-channel (or per-feature) means.
-        std: Standard deviations (values below ``eps`` are raised to ``eps``).
+        std: Standard deviations. A value below ``eps`` (a constant feature) is taken as 1, so
+            that feature normalises to ``x - mean`` -- 0 for the constant -- never to inf or
+            to rounding noise magnified by ``1 / eps``; it is reported once, when built.
         dim: Axis of ``x`` (counted from the end, e.g. ``-3`` for C in ``[..., C, H, W]``)
             the statistics run along; the other trailing axes are broadcast.
         eps: Smallest standard deviation used.
@@ -55,7 +60,13 @@ class Normalize(FeatureTransform):
         if dim >= 0:
             raise ValueError(f"Normalize(dim={dim}): count the axis from the end (e.g. -3 for C in [C, H, W])")
         mean_t = torch.as_tensor(mean, dtype=torch.float32).reshape(-1)
-        std_t = torch.as_tensor(std, dtype=torch.float32).reshape(-1).clamp_min(eps)
+        std_t = torch.as_tensor(std, dtype=torch.float32).reshape(-1)
+        constant = (std_t < eps).nonzero().reshape(-1).tolist()
+        if constant:
+            shown = ", ".join(map(str, constant[:8])) + (", ..." if len(constant) > 8 else "")
+            _log.warning("Normalize: %d of %d features have a standard deviation below %g (constant): "
+                         "they normalise to 0 (positions %s)", len(constant), std_t.numel(), eps, shown)
+            std_t = torch.where(std_t < eps, torch.ones_like(std_t), std_t)
         shape = [-1] + [1] * (-dim - 1)
         self.register_buffer("mean", mean_t.reshape(shape))
         self.register_buffer("std", std_t.reshape(shape))

@@ -349,3 +349,22 @@ def test_a_wav_whose_header_says_one_hertz(tmp_path: Path) -> None:
         load_audio(path, sample_rate=16000)
     wave, rate = load_audio(path, max_seconds=None)
     assert rate == 1 and tuple(wave.shape) == (1, 8000)
+
+
+def test_a_constant_feature(caplog: pytest.LogCaptureFixture) -> None:
+    import torch
+
+    from flowdata.stats import Welford
+    from flowdata.transforms import Normalize
+
+    rows = torch.stack([torch.tensor([float(i), 5.0, -float(i)]) for i in range(10)])
+    w = Welford(dim=0)
+    w.update(rows)
+    with caplog.at_level(logging.WARNING, logger="flowdata"):
+        norm = Normalize.from_stats(w.result())
+    out = norm(rows)
+    assert torch.isfinite(out).all() and out[:, 1].abs().max() == 0  # the constant column is 0
+    assert torch.allclose(out[:, 0].mean(), torch.tensor(0.0), atol=1e-6)
+    messages = [r.getMessage() for r in caplog.records if "constant" in r.getMessage()]
+    assert messages == ["Normalize: 1 of 3 features have a standard deviation below 1e-08 (constant): "
+                        "they normalise to 0 (positions 1)"]
