@@ -3,15 +3,18 @@
 A pass whose Collect nodes are all reductions can be skipped when its results are on disk
 under the same *key*. The key is a SHA-256 over:
 
-- the **source items**: each item's repr, and for every string in it that names an
-  existing file, the file's size and modification time (so editing a file changes the
-  key; its contents are not read);
-- the **code**: the source text of the source function, of every per-sample node the
-  pass computes and of every reduction, with each reducer's class and options;
-- the **whole values** the pass reads (inputs, once nodes, earlier Collect results) and the
-  graph's **config**, each digested by value (arrays by dtype, shape and bytes;
-  torch modules by their classes, settings and ``state_dict``; anything else by its
-  pickle bytes — hashed, never unpickled).
+- the **source items**: each item's repr, and for every string anywhere in it (nested
+  lists and dicts included) that names an existing file, the file's size and modification
+  time (so editing a file changes the key; its contents are not read);
+- the **code** of every node the pass runs and of **everything it reaches** -- module-level
+  constants, functions and classes of the user's own modules, transitively; installed
+  libraries by version (see :mod:`flowdata.fingerprint`) -- with each reducer's class and
+  options;
+- the **whole values** the pass reads (inputs, once nodes, earlier Collect results), the
+  graph's **config**, and the files they name, each digested by value (arrays by dtype,
+  shape and bytes; torch modules by their classes, settings and ``state_dict``; anything
+  else by its pickle bytes -- hashed, never unpickled); and the versions of flowdata,
+  numpy and torch.
 
 An entry is a folder ``pass-<key>`` holding ``manifest.json`` and one ``.npz`` per reduction
 with its ``state_dict`` (plain arrays, loaded with ``allow_pickle=False``). It is written to
@@ -157,34 +160,17 @@ def _feed_setting(h: Any, setting: Any) -> None:
 
 def fingerprint_items(items: Iterable[Any]) -> tuple[str, int]:
     """(SHA-256, count) of a source's items; files named in them add size and mtime."""
+    from flowdata.fingerprint import file_stats
+
     h = hashlib.sha256()
     n = 0
     for item in items:
         h.update(repr(item).encode())
-        for path in _paths(item):
-            try:
-                st = os.stat(path)
-            except OSError:
-                continue
-            h.update(f"|{st.st_size}:{st.st_mtime_ns}".encode())
+        for _, size, mtime in file_stats(item):  # any string in the item, nested ones included
+            h.update(f"|{size}:{mtime}".encode())
         h.update(b"\n")
         n += 1
     return h.hexdigest(), n
-
-
-def _paths(item: Any) -> Iterable[str]:
-    if isinstance(item, (str, os.PathLike)):
-        text = os.fspath(item)
-        if isinstance(text, str) and len(text) < 4096 and os.path.isfile(text):
-            yield text
-    elif isinstance(item, (list, tuple)):
-        for v in item:
-            if isinstance(v, (str, os.PathLike)):
-                yield from _paths(v)
-    elif isinstance(item, dict):
-        for v in item.values():
-            if isinstance(v, (str, os.PathLike)):
-                yield from _paths(v)
 
 
 def source_text(fn: Any) -> str:

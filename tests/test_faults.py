@@ -368,3 +368,74 @@ def test_a_constant_feature(caplog: pytest.LogCaptureFixture) -> None:
     messages = [r.getMessage() for r in caplog.records if "constant" in r.getMessage()]
     assert messages == ["Normalize: 1 of 3 features have a standard deviation below 1e-08 (constant): "
                         "they normalise to 0 (positions 1)"]
+
+
+MUTABLE = """
+import os
+import numpy as np
+from flowdata import Collect, Parallel, reduce
+from flowdata.stats import Stats, Welford
+
+SCALE = {scale}
+CALLS = []
+
+def _helper(v: float) -> float:
+    return v * {helper}
+
+def unrelated(n: int) -> int:
+    {unrelated}
+    return n
+
+def clip(folder: str, n: int) -> Parallel[dict[str, list[str]]]:
+    for i in range(n):
+        yield {{"frames": [os.path.join(folder, f"f{{i}}-{{j}}.npy") for j in range(2)]}}
+
+def value(clip: dict[str, list[str]], data_path: str) -> float:
+    CALLS.append(1)
+    frames = sum(float(np.load(p)[0]) for p in clip["frames"])
+    return _helper(frames * SCALE + float(np.load(data_path)[0]))
+
+@reduce(Welford)
+def stats(value: Collect[float]) -> Stats: ...
+"""
+
+
+def test_the_pass_cache_misses_whenever_what_the_pass_reads_changes(make_module: Callable[[str], Any],
+                                                                    tmp_path: Path) -> None:
+    import shutil
+    import time
+
+    folder = tmp_path / "frames"
+    folder.mkdir()
+    for i in range(6):
+        for j in range(2):
+            np.save(folder / f"f{i}-{j}.npy", np.array([float(i + j)]))
+    data = tmp_path / "table.npy"
+    np.save(data, np.array([3.0]))
+    cache = tmp_path / "cache"
+    inputs = {"folder": str(folder), "n": 6, "data_path": str(data)}
+    base = {"scale": "1.0", "helper": "2.0", "unrelated": "pass"}
+
+    def computed(cache_dir: Path = cache, **change: str) -> bool:
+        """Runs the pass; True when it was computed (a miss), False when loaded (a hit)."""
+        module = make_module(MUTABLE.format(**{**base, **change}))
+        dr = fd.Builder().with_modules(module).build()
+        dr.execute(["stats"], inputs=inputs, cache_dir=cache_dir)
+        return bool(module.CALLS)
+
+    assert computed()  # cold
+    assert not computed()  # the same code, in a module of another name: a hit
+    assert not computed(unrelated="x = 1  # reformatted, and a comment")  # not reached: a hit
+    moved = tmp_path / "moved"
+    shutil.copytree(cache, moved)
+    assert not computed(cache_dir=moved)  # the cache folder moved: a hit
+    assert computed(scale="100.0")  # a module constant the node reads
+    assert computed(helper="3.0")  # a private helper the node calls
+    np.save(data, np.array([4.0, 0.0]))  # a data file named by an input
+    assert computed()
+    assert not computed()
+    time.sleep(0.01)
+    np.save(folder / "f2-1.npy", np.array([9.0]))  # a file named deep inside an item
+    os.utime(folder / "f2-1.npy", ns=(time.time_ns(), time.time_ns()))
+    assert computed()
+    assert not computed()

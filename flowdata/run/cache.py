@@ -11,7 +11,8 @@ import logging
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from flowdata.cache import PassCache, digest, source_text
+from flowdata.cache import PassCache, digest
+from flowdata.fingerprint import code_key, file_stats, package_version
 from flowdata.discover import Program
 from flowdata.node import Node
 from flowdata.plan import GroupPlan, PassPlan
@@ -22,6 +23,12 @@ from flowdata.run.source import Source
 __all__ = ["ReductionCache"]
 
 _log = logging.getLogger("flowdata")
+
+
+def _versions() -> list[str]:
+    """flowdata's version and those of the libraries a reduction's arithmetic runs on (read
+    from the installed packages' metadata: the same whether or not they are imported yet)."""
+    return [f"{name} {package_version(name)}" for name in ("flowdata", "numpy", "torch")]
 
 
 class ReductionCache:
@@ -54,15 +61,17 @@ class ReductionCache:
         base = self._bases.get((group.source, pass_.number))
         if base is None:
             items_digest, count = open_source().fingerprint()
-            code = [source_text(self.nodes[n].origin) for n in (group.source, *pass_.computes)]
+            # The code of every node the pass runs and of everything it reaches; inputs and
+            # config by value, and every file they name by size and modification time.
+            code = [code_key(self.nodes[n].origin or self.nodes[n].fn) for n in (group.source, *pass_.computes)]
+            config = sorted(self.program.config.items(), key=repr)
             base = self._bases[(group.source, pass_.number)] = digest(
-                ["flowdata-pass", 3, group.source, pass_.number, items_digest, count, code,
-                 sorted(whole.items()), sorted(self.program.config.items(), key=repr)]
+                ["flowdata-pass", 4, _versions(), group.source, pass_.number, items_digest, count, code,
+                 sorted(whole.items()), config, file_stats([list(whole.values()), [v for _, v in config]])]
             )
         parts = [
-            (f.node, f.column, source_text(self.nodes[f.node].origin),
-             f"{f.reducer.cls.__module__}.{f.reducer.cls.__qualname__}", sorted(f.reducer.options.items()),
-             sorted(f.options.items()))
+            (f.node, f.column, code_key(self.nodes[f.node].origin or self.nodes[f.node].fn), code_key(f.reducer.cls),
+             sorted(f.reducer.options.items()), sorted(f.options.items()), file_stats(list(f.options.values())))
             for f in folds
         ]
         return digest([base, parts])

@@ -1,0 +1,249 @@
+"""What a cache key covers for code: a function and everything it reaches.
+
+:func:`code_key` digests a function's source text and, following the global names its code
+reads (in nested functions, comprehensions and lambdas too):
+
+- **module-level constants** it reads, by value: numbers, strings, bytes, ``None``, enums,
+  tuples and frozensets of those, numpy arrays and tensors. A module-level ``list``,
+  ``dict``, ``set`` or other object is keyed by its type only: its contents may change as
+  the program runs (a counter, a cache); make a lookup table a tuple, or give it as an
+  input or config, for its contents to be part of the key;
+- **functions and classes of the user's own modules** it calls or uses, transitively
+  (their source text, and what *they* reach), and its closure cells;
+- **modules** it reads attributes of: a user module's attributes that the code names are
+  followed as above; a module installed in site-packages (or the standard library) is
+  keyed by its package's **version**, never read;
+- objects from installed packages (``np.mean``, ``torch.nn.Linear``) by their package
+  version alone.
+
+A *user module* is one whose file lies outside the interpreter's installation (the
+standard library and site-packages). What the key cannot see: code reached through
+``getattr`` with a computed name, ``eval``/``exec``, or a C extension of the user's own;
+and a data file rewritten with the same size and modification time.
+
+:func:`file_stats` finds every string, anywhere in a value (nested lists, tuples and dicts
+included), that names an existing file, with its size and modification time.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import importlib.metadata
+import inspect
+import os
+import sys
+import sysconfig
+import types
+from collections.abc import Iterator
+from typing import Any
+
+__all__ = ["code_key", "file_stats", "is_user_module", "package_version"]
+
+_CONSTANT = (bool, int, float, complex, str, bytes, type(None))
+
+
+@functools.lru_cache(maxsize=1)
+def _installed_roots() -> tuple[str, ...]:
+    paths = sysconfig.get_paths()
+    roots = {paths[k] for k in ("stdlib", "platstdlib", "purelib", "platlib") if k in paths}
+    roots |= {os.path.dirname(os.__file__), sys.prefix, sys.base_prefix}
+    return tuple(sorted(os.path.realpath(r) + os.sep for r in roots))
+
+
+def is_user_module(module: types.ModuleType | None) -> bool:
+    """Whether ``module`` is the user's own (a file outside the Python installation)."""
+    if module is None:
+        return False
+    name = module.__name__
+    if name == "flowdata" or name.startswith("flowdata."):
+        return False  # the library itself: keyed by its version
+    file = getattr(module, "__file__", None)
+    if not file:
+        return False  # built-in
+    real = os.path.realpath(file)
+    return not real.startswith(_installed_roots())
+
+
+@functools.lru_cache(maxsize=256)
+def package_version(module_name: str) -> str:
+    """The installed version of the package a module belongs to ("?" when unknown)."""
+    top = module_name.split(".")[0]
+    try:
+        return importlib.metadata.version(top)
+    except Exception:
+        if top == "flowdata":
+            import flowdata
+
+            return str(flowdata.__version__)
+        return getattr(sys.modules.get(top), "__version__", "?")
+
+
+def code_key(fn: Any) -> str:
+    """A SHA-256 of ``fn``'s code and of everything it reaches (see the module docstring)."""
+    h = hashlib.sha256()
+    _Walker(h).visit(fn)
+    return h.hexdigest()
+
+
+class _Walker:
+    def __init__(self, h: Any):
+        self.h = h
+        self.seen: set[int] = set()
+
+    def put(self, text: str) -> None:
+        self.h.update(text.encode() + b";")
+
+    def visit(self, obj: Any) -> None:
+        if id(obj) in self.seen:
+            self.put("seen")
+            return
+        self.seen.add(id(obj))
+        fn = inspect.unwrap(obj) if callable(obj) else obj
+        if isinstance(fn, functools.partial):
+            self.put("partial")
+            self.visit(fn.func)
+            self.value(list(fn.args))
+            self.value(dict(fn.keywords))
+        elif inspect.ismethod(fn):
+            self.visit(fn.__func__)
+        elif inspect.isfunction(fn):
+            self.function(fn)
+        elif isinstance(fn, type):
+            self.cls(fn)
+        elif isinstance(fn, types.ModuleType):
+            self.put(f"module:{fn.__name__}:{package_version(fn.__name__) if not is_user_module(fn) else 'user'}")
+        else:
+            self.value(fn)
+
+    def function(self, fn: types.FunctionType) -> None:
+        module = sys.modules.get(fn.__module__)
+        if not is_user_module(module):
+            self.put(f"library:{fn.__module__}.{fn.__qualname__}:{package_version(fn.__module__)}")
+            return
+        try:
+            self.put("source:" + inspect.getsource(fn))
+        except (OSError, TypeError):
+            self.put(f"code:{fn.__qualname__}")
+            self.h.update(fn.__code__.co_code)
+        for cell in fn.__closure__ or ():
+            try:
+                self.reached(cell.cell_contents)
+            except ValueError:  # an empty cell
+                self.put("empty-cell")
+        if fn.__defaults__:
+            self.value(list(fn.__defaults__))
+        for name in sorted(_global_names(fn.__code__)):
+            if name in fn.__globals__:
+                self.put(f"global:{name}")
+                self.reached(fn.__globals__[name], attrs=_attribute_names(fn.__code__))
+            # a builtin, or a name defined later: the source text already covers it
+
+    def cls(self, cls: type) -> None:
+        module = sys.modules.get(cls.__module__)
+        if not is_user_module(module):
+            self.put(f"library-class:{cls.__module__}.{cls.__qualname__}:{package_version(cls.__module__)}")
+            return
+        try:
+            self.put("class:" + inspect.getsource(cls))
+        except (OSError, TypeError):
+            self.put(f"class:{cls.__module__}.{cls.__qualname__}")
+        for attr in sorted(vars(cls)):
+            member = vars(cls)[attr]
+            target = member.__func__ if isinstance(member, (staticmethod, classmethod)) else member
+            if inspect.isfunction(target):
+                self.visit(target)
+        for base in cls.__mro__[1:]:
+            if base is not object:
+                self.visit(base)
+
+    def reached(self, value: Any, attrs: frozenset[str] = frozenset()) -> None:
+        """A global the code reads: followed if it is code or a user module, else by value."""
+        if isinstance(value, types.ModuleType):
+            self.visit(value)
+            if is_user_module(value):
+                for name in sorted(attrs):
+                    if name in vars(value):
+                        self.put(f"attr:{value.__name__}.{name}")
+                        self.reached(vars(value)[name])
+        elif inspect.isfunction(value) or inspect.ismethod(value) or isinstance(value, (type, functools.partial)):
+            self.visit(value)
+        elif callable(value) and not isinstance(value, _CONSTANT):
+            owner = getattr(value, "__module__", None) or type(value).__module__
+            if owner and not is_user_module(sys.modules.get(owner.split(".")[0]) if owner else None) \
+                    and not is_user_module(sys.modules.get(owner)):
+                self.put(f"library-callable:{owner}:{package_version(owner)}")
+            else:
+                self.value(value)
+        elif _constant(value) or _array(value):
+            self.value(value)
+        else:
+            # A list, dict, set or other object at module level: its contents may change as
+            # the program runs (a counter, a cache), so only its type is part of the key.
+            self.put(f"object:{type(value).__module__}.{type(value).__qualname__}")
+
+    def value(self, value: Any) -> None:
+        from flowdata.cache import digest
+
+        try:
+            self.put("value:" + digest(value))
+        except Exception:  # an object that cannot be digested: by its type
+            self.put(f"opaque:{type(value).__module__}.{type(value).__qualname__}")
+
+
+def _constant(value: Any) -> bool:
+    if isinstance(value, _CONSTANT):
+        return True
+    if isinstance(value, (tuple, frozenset)):
+        return all(_constant(v) for v in value)
+    import enum
+
+    return isinstance(value, enum.Enum)
+
+
+def _array(value: Any) -> bool:
+    return hasattr(value, "dtype") and hasattr(value, "shape") and not isinstance(value, type)
+
+
+def _global_names(code: types.CodeType) -> set[str]:
+    names = set(code.co_names)
+    for const in code.co_consts:
+        if isinstance(const, types.CodeType):
+            names |= _global_names(const)
+    return names
+
+
+def _attribute_names(code: types.CodeType) -> frozenset[str]:
+    return frozenset(_global_names(code))
+
+
+def file_stats(value: Any, limit: int = 100_000) -> list[tuple[str, int, int]]:
+    """``(path, size, mtime_ns)`` of every existing file named by a string in ``value``."""
+    out: list[tuple[str, int, int]] = []
+    for text in _strings(value, limit):
+        if len(text) < 4096 and "\0" not in text:
+            try:
+                st = os.stat(text)
+            except (OSError, ValueError):
+                continue
+            if os.path.isfile(text):
+                out.append((text, st.st_size, st.st_mtime_ns))
+    return out
+
+
+def _strings(value: Any, limit: int) -> Iterator[str]:
+    stack = [value]
+    n = 0
+    while stack and n < limit:
+        v = stack.pop()
+        n += 1
+        if isinstance(v, str):
+            yield v
+        elif isinstance(v, os.PathLike):
+            p = os.fspath(v)
+            if isinstance(p, str):
+                yield p
+        elif isinstance(v, dict):
+            stack.extend(v.values())
+        elif isinstance(v, (list, tuple, set, frozenset)):
+            stack.extend(v)
