@@ -439,3 +439,57 @@ def test_the_pass_cache_misses_whenever_what_the_pass_reads_changes(make_module:
     os.utime(folder / "f2-1.npy", ns=(time.time_ns(), time.time_ns()))
     assert computed()
     assert not computed()
+
+
+NAN = """
+import math
+import torch
+from flowdata import Collect, {kind}, reduce
+from flowdata.stats import Stats, Welford
+
+def item(n: int) -> {kind}[int]:
+    yield from range(n)
+
+def feature(item: int) -> torch.Tensor:
+    if item == 7:
+        return torch.tensor([1.0, math.nan])
+    if item == 9:
+        return torch.tensor([math.inf, 0.0])
+    return torch.tensor([float(item), 1.0])
+
+@reduce(Welford, dim=())
+def stats(feature: Collect[torch.Tensor]) -> Stats: ...
+
+@reduce(Welford, dim=(), nan="propagate")
+def raw_stats(feature: Collect[torch.Tensor]) -> Stats: ...
+"""
+
+
+@pytest.mark.filterwarnings("ignore:invalid value encountered:RuntimeWarning")  # nan="propagate": asked for
+@pytest.mark.parametrize("kind", ["Parallel", "Sequential"])
+def test_one_non_finite_sample_among_good_ones(build: Callable[..., fd.Driver], kind: str) -> None:
+    import torch
+
+    dr = build(NAN.format(kind=kind))
+    with pytest.raises(fd.SampleError, match=r"node 'feature' \(.*:10\) failed on sample 7 of group 'item' .*'feature' is not finite \(NaN or inf\), and reduction 'stats' folds it"):
+        dr.execute(["stats"], inputs={"n": 20})
+    report = fd.Report()
+    stats = dr.execute(["stats"], inputs={"n": 20}, on_error="skip", report=report)["stats"]
+    assert [s.index for s in report.skipped] == [7, 9]
+    good = [i for i in range(20) if i not in (7, 9)]
+    assert torch.isfinite(stats.mean).all() and float(stats.mean[0]) == pytest.approx(sum(good) / len(good))
+    raw = dr.execute(["raw_stats"], inputs={"n": 20})["raw_stats"]  # asked for: NaN goes through
+    assert bool(torch.isnan(raw.mean[1])) and bool(torch.isinf(raw.mean[0]))
+
+
+def test_a_float_wav_with_a_nan_sample(tmp_path: Path) -> None:
+    import soundfile as sf
+
+    from flowdata.media import load_audio
+
+    wave = np.zeros(1600, dtype=np.float32)
+    wave[100] = np.nan
+    path = tmp_path / "bad.wav"
+    sf.write(path, wave, 16000, subtype="FLOAT")
+    with pytest.raises(fd.MediaError, match=r"bad.wav: holds 1 sample\(s\) that are NaN or inf"):
+        load_audio(path)

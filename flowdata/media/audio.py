@@ -97,6 +97,10 @@ def load_audio(
         wave = torch.from_numpy(data.T.copy())
     if wave.shape[-1] == 0:
         raise MediaError(text, "has no audio frames (truncated header?)", "re-export or remove the file")
+    if wave.is_floating_point() and not bool(torch.isfinite(wave).all()):
+        bad = int((~torch.isfinite(wave)).sum())
+        raise MediaError(text, f"holds {bad} sample(s) that are NaN or inf (a float file with bad values)",
+                         "re-export or remove the file")
     if mono and wave.shape[0] > 1:
         wave = wave.mean(dim=0, keepdim=True)
     if sample_rate is not None and int(rate) != int(sample_rate):

@@ -159,4 +159,7 @@ def load_image(
         out = array.astype(np.float32) / float(np.iinfo(array.dtype).max)
     else:
         out = array.astype(np.float32)
+        if not np.isfinite(out).all():  # a float TIFF with bad pixels
+            raise MediaError(text, f"holds {int((~np.isfinite(out)).sum())} pixel value(s) that are NaN or inf",
+                             "re-export or remove the file")
     return torch.from_numpy(np.ascontiguousarray(out.transpose(2, 0, 1)))

@@ -14,6 +14,7 @@ data (:class:`Failure`) for the engine to turn into an error or a skip record.
 from __future__ import annotations
 
 import dataclasses
+import math
 import pickle
 import time
 import traceback
@@ -29,7 +30,7 @@ from flowdata.run.chunking import approx_bytes
 from flowdata.run.folding import BlockError, Piece, pieces_of
 from flowdata.sample import make_rng
 
-__all__ = ["ChunkResult", "Failure", "FoldSpec", "PassSpec", "failure_of", "portable", "run_chunk"]
+__all__ = ["ChunkResult", "Failure", "FoldSpec", "PassSpec", "failure_of", "non_finite", "portable", "run_chunk"]
 
 
 @dataclass(frozen=True)
@@ -149,6 +150,8 @@ def run_chunk(
     skipped: list[Failure] = []
     while True:
         result = _compute(nodes, spec, whole, indices, items, worker)
+        if result.failure is None and spec.folds:
+            result.failure = non_finite(nodes, spec, result.columns, indices, items)
         if result.failure is None or not skip:
             break
         # Leave the failing sample out and compute the chunk again without it.
@@ -237,6 +240,50 @@ def _fold(spec: PassSpec, result: ChunkResult, indices: Sequence[int]) -> None:
             cause = err.__cause__ if isinstance(err.__cause__, Exception) else err
             result.failure = _failure(fold.node, fold.location, err.block * BLOCK, err.samples, cause, reduction=True)
             return
+
+
+def non_finite(
+    nodes: Mapping[str, Node], spec: PassSpec, columns: Mapping[str, Sequence[Any]], indices: Sequence[int],
+    items: Sequence[Any],
+) -> Failure | None:
+    """The failure of the first sample whose value a reduction would fold holds NaN or inf.
+
+    A non-finite value is a bad sample (one NaN would make the statistics, and every value
+    normalised by them, NaN): it fails -- or is skipped -- like a node that raised, unless
+    the reduction was declared with an explicit ``nan=`` option (``@reduce(Welford,
+    nan="propagate")``, or ``"ignore"``), which then decides.
+    """
+    for fold in spec.folds:
+        if "nan" in fold.reducer.options or "nan" in fold.options:
+            continue
+        values = columns.get(fold.column, ())
+        for pos, value in enumerate(values):
+            if not _finite(value):
+                node = nodes[fold.column]
+                exc = ValueError(
+                    f"'{fold.column}' is not finite (NaN or inf), and reduction '{fold.node}' folds it; "
+                    f"to fold such values, declare @reduce(..., nan='propagate') or nan='ignore'"
+                )
+                return _failure(node.name, node.location, indices[pos], items[pos], exc)
+    return None
+
+
+def _finite(value: Any) -> bool:
+    if isinstance(value, float):
+        return math.isfinite(value)
+    dtype = getattr(value, "dtype", None)
+    if dtype is None or not hasattr(value, "shape"):
+        return True
+    kind = getattr(dtype, "kind", None)
+    if kind is not None:  # numpy (already imported: it made the value)
+        import numpy as np
+
+        return kind not in "fc" or bool(np.isfinite(value).all())
+    if getattr(dtype, "is_floating_point", False) or getattr(dtype, "is_complex", False):  # torch
+        import torch
+
+        return bool(torch.isfinite(value).all())
+    return True
 
 
 def portable(f: Failure | None) -> Failure | None:

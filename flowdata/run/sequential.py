@@ -21,7 +21,7 @@ from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
 from typing import Any
 
 from flowdata.node import Node
-from flowdata.run.kernel import Failure, PassSpec, failure_of
+from flowdata.run.kernel import Failure, PassSpec, failure_of, non_finite
 from flowdata.sample import make_rng
 
 __all__ = ["OneSample", "SequentialStream", "compile_pass"]
@@ -172,6 +172,11 @@ class SequentialStream:
                 if single is not None:
                     yield out
                 elif folds:
+                    bad = non_finite(nodes, spec, out, (i,), (item,))
+                    if bad is not None:  # a value a reduction would fold is NaN or inf
+                        delivered -= 1
+                        failed(bad)
+                        continue
                     pieces = {node: [("value", i, out[column][0])] for node, column in folds}
                     for column in drop:
                         del out[column]
