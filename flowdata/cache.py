@@ -39,7 +39,7 @@ import tempfile
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-__all__ = ["PassCache", "digest", "fingerprint_items", "source_text"]
+__all__ = ["PassCache", "digest", "fingerprint_items"]
 
 log = logging.getLogger("flowdata.cache")
 
@@ -171,14 +171,6 @@ def fingerprint_items(items: Iterable[Any]) -> tuple[str, int]:
         h.update(b"\n")
         n += 1
     return h.hexdigest(), n
-
-
-def source_text(fn: Any) -> str:
-    """The source code of a function (its repr when the source is not available)."""
-    try:
-        return inspect.getsource(inspect.unwrap(fn))
-    except (OSError, TypeError):
-        return repr(fn)
 
 
 class PassCache:

@@ -31,11 +31,11 @@ from typing import Any
 from torch.utils.data import Dataset, IterableDataset, get_worker_info
 
 from flowdata.discover import Program
-from flowdata.errors import FlowdataError, NodeError, SampleError, describe, user_traceback
+from flowdata.errors import FlowdataError, NodeError, describe, user_traceback
 from flowdata.node import Node
 from flowdata.run.kernel import ChunkResult, Failure, PassSpec, run_chunk
-from flowdata.run.passes import Recorder
-from flowdata.run.source import ItemIndex, as_source
+from flowdata.run.passes import failure_error
+from flowdata.run.source import ItemIndex, call_source
 from flowdata.run.worker import nodes_for
 from flowdata.loader.order import stream_batches
 from flowdata.loader.wire import Batch, CollateError, collate
@@ -117,11 +117,9 @@ class PassWork:
             raise self.error(failure, result.worker)
         return [{k: result.columns[k][n] for k in self.outputs} for n in range(len(result.indices))]
 
-    def error(self, failure: Failure, worker: str) -> SampleError | FlowdataError:
+    def error(self, failure: Failure, worker: str) -> NodeError:
         """The error of a failure, as the engine words it."""
-        from flowdata.report import Report
-
-        return Recorder(Report()).error(failure, self.spec.group, self.spec.number, worker)
+        return failure_error(failure, self.spec.group, self.spec.number, worker)
 
 
 class PassDataset(PassWork, Dataset[dict[str, Any]]):
@@ -270,13 +268,7 @@ class StreamDataset(PassWork, IterableDataset[Any]):
     def _items(self) -> Iterator[Any]:
         source = self._get_nodes()[self.spec.group]
         kwargs = {p.name: self.whole[p.name] for p in source.params if p.name in self.whole}
-        try:
-            value = source.fn(**kwargs)
-        except Exception as exc:
-            raise NodeError(source.name, source.location, describe(exc)) from exc.with_traceback(
-                user_traceback(exc.__traceback__)
-            )
-        return as_source(source, value).open()
+        return call_source(source, kwargs).open()
 
     def batches(self) -> Iterator[tuple[int, list[int], list[Any]]]:
         """This rank's batches of the epoch, ``(number on this rank, indices, items)``, not computed."""

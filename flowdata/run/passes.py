@@ -38,7 +38,7 @@ from flowdata.run.sequential import SequentialStream
 from flowdata.run.source import Source
 from flowdata.run.worker import PassContext, Task, run_task
 
-__all__ = ["Engine", "OnError", "Recorder", "on_error_mode"]
+__all__ = ["Engine", "OnError", "Recorder", "failure_error", "on_error_mode"]
 
 _log = logging.getLogger("flowdata")
 
@@ -121,21 +121,22 @@ class Recorder:
         if self.on_samples is not None:
             self.on_samples(delivered + len(skips))
         if failure is not None:
-            raise self.error(failure, group, pass_, worker)
+            raise failure_error(failure, group, pass_, worker)
 
-    def error(self, f: Failure, group: str, pass_: int, worker: str) -> NodeError:
-        """The error a failure raises, with the user's exception as its cause."""
-        cause = f.error if f.error is not None else RuntimeError(f.detail)
-        err: NodeError
-        if f.reduction:
-            err = NodeError(f.node, f.location, f"{f.detail} (while folding {f.item})")
-        else:
-            err = SampleError(f.node, f.location, f.detail, index=f.index, item=f.item, group=group,
-                              pass_=pass_, worker=worker)
-            if worker != "main" and f.traceback_text:
-                cause.add_note(f"traceback in worker {worker}:\n{f.traceback_text.rstrip()}")
-        err.__cause__ = cause
-        return err
+
+def failure_error(f: Failure, group: str, pass_: int, worker: str) -> NodeError:
+    """The error a failure raises, with the user's exception as its cause."""
+    cause = f.error if f.error is not None else RuntimeError(f.detail)
+    err: NodeError
+    if f.reduction:
+        err = NodeError(f.node, f.location, f"{f.detail} (while folding {f.item})")
+    else:
+        err = SampleError(f.node, f.location, f.detail, index=f.index, item=f.item, group=group,
+                          pass_=pass_, worker=worker)
+        if worker != "main" and f.traceback_text:
+            cause.add_note(f"traceback in worker {worker}:\n{f.traceback_text.rstrip()}")
+    err.__cause__ = cause
+    return err
 
 
 class Engine:

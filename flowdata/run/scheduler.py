@@ -45,7 +45,7 @@ from flowdata.run.executors import InlineExecutor, resolve_executor
 from flowdata.run.folding import Folder
 from flowdata.run.kernel import ChunkResult, FoldSpec, PassSpec
 from flowdata.run.passes import Engine, OnError, Recorder
-from flowdata.run.source import IndexSource, IterableSource, as_source
+from flowdata.run.source import IndexSource, IterableSource, call_source
 
 __all__ = ["Run", "execute", "run_sample"]
 
@@ -138,14 +138,10 @@ class Run:
         if closed is not None:
             kwargs, cleanup = self._feed_from(closed, node, kwargs)
         try:
-            value = node.fn(**kwargs)
-            source = as_source(node, value)
-        except NodeError:
+            source = call_source(node, kwargs)
+        except BaseException:
             cleanup()
             raise
-        except Exception as exc:
-            cleanup()
-            raise _node_error(node, exc) from exc.with_traceback(user_traceback(exc.__traceback__))
         if cleanup is _nothing:
             return source
         if isinstance(source, IndexSource):

@@ -45,6 +45,7 @@ __all__ = [
     "SequenceIndex",
     "Source",
     "as_source",
+    "call_source",
     "guarded",
     "indexed",
 ]
@@ -265,6 +266,17 @@ class IterableSource:
         for i, item in enumerate(self.open()):
             if i % world_size == rank:
                 yield i, item
+
+
+def call_source(node: Node, kwargs: dict[str, Any]) -> IndexSource | IterableSource:
+    """Calls a source function; what it returns, as a source. Its error is the source's ``NodeError``."""
+    try:
+        value = node.fn(**kwargs)
+    except Exception as exc:
+        raise NodeError(node.name, node.location, describe(exc)) from exc.with_traceback(
+            user_traceback(exc.__traceback__)
+        )
+    return as_source(node, value)
 
 
 def as_source(node: Node, value: Any) -> IndexSource | IterableSource:

@@ -25,9 +25,9 @@ __all__ = ["PassContext", "Task", "nodes_for", "run_task"]
 _NODES: dict[bytes, Mapping[str, Node]] = {}
 
 
-def nodes_for(program: Program, key: bytes | None = None) -> Mapping[str, Node]:
-    """The nodes of ``program``, rebuilt once per process (``key``: its pickle, if known)."""
-    key = key if key is not None else pickle.dumps(program)
+def nodes_for(program: Program) -> Mapping[str, Node]:
+    """The nodes of ``program``, rebuilt once per process."""
+    key = pickle.dumps(program)
     nodes = _NODES.get(key)
     if nodes is None:
         nodes = _NODES[key] = load_program(program)
