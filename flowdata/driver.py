@@ -20,6 +20,7 @@ from flowdata.node import Node, Role
 from flowdata.plan import Analysis, Plan, analyze, make_plan
 from flowdata.report import Report
 from flowdata.run import scheduler
+from flowdata.run.deadline import check_timeout
 from flowdata.run.passes import on_error_mode
 from flowdata.typecheck import check_edges, check_reductions
 
@@ -207,6 +208,7 @@ class Driver:
         on_error: str = "raise",
         max_skipped: int | float | None = None,
         report: Report | None = None,
+        timeout: float | None = None,
     ) -> dict[str, Any]:
         """Computes whole values: once nodes, Collect nodes and inputs.
 
@@ -226,6 +228,10 @@ class Driver:
                 this are skipped (an int count, or a float fraction of the samples seen).
             report: A :class:`flowdata.Report` to fill with samples seen and skipped and
                 per-node time and call counts.
+            timeout: Seconds one per-sample node may spend on one sample (default: no
+                limit). Past it the sample fails with a ``SampleError`` "timed out after N
+                s" (skipped under ``on_error="skip"``); a worker process whose node does not
+                respond is ended and replaced.
 
         Raises:
             InputError: unknown output, missing input, or a per-sample output.
@@ -233,6 +239,7 @@ class Driver:
             NodeError: a once or Collect node raised.
         """
         mode = on_error_mode(on_error)
+        seconds = check_timeout(timeout)
         if chunk_size is not None and (not isinstance(chunk_size, int) or isinstance(chunk_size, bool) or chunk_size < 1):
             raise InputError(f"chunk_size={chunk_size!r}: expected a positive int, or None to adapt")
         values = self._values(inputs, overrides)
@@ -245,6 +252,7 @@ class Driver:
         return scheduler.execute(
             self.graph, self.analysis, self.program, plan, values, executor=executor, chunk_size=chunk_size,
             cache_dir=os.fspath(cache_dir) if cache_dir is not None else None, on_error=mode, report=report,
+            timeout=seconds,
         )
 
     @_public
@@ -290,6 +298,7 @@ class Driver:
         shuffle_buffer: int = 1024,
         worker_init_fn: Callable[[int], None] | None = None,
         executor: object = None,
+        timeout: float | None = None,
     ) -> DataLoader:
         """A ``flowdata.DataLoader`` (a ``torch.utils.data.DataLoader``) over per-sample outputs.
 
@@ -299,7 +308,10 @@ class Driver:
         keyed by output name. A ``Sequential`` group, or ``streaming=True``, streams the
         source in every worker instead of indexing it (an ``IterableDataset`` sharded by item
         position, with a ``shuffle_buffer``-item shuffle buffer). ``executor`` runs the
-        statistics pass (default: ``num_workers`` processes, or inline). See docs/training.md.
+        statistics pass (default: ``num_workers`` processes, or inline). ``timeout`` bounds the
+        seconds one per-sample node may spend on one sample, in the statistics pass and every
+        epoch, as in ``execute()`` (it is not torch's ``timeout``, which bounds the wait for a
+        batch). See docs/training.md.
         """
         from flowdata.loader.build import LoaderOptions, build_loader
 
@@ -308,7 +320,7 @@ class Driver:
             batch_size=batch_size, shuffle=shuffle, seed=seed, drop_last=drop_last, rank=rank, world_size=world_size,
             streaming=streaming, shuffle_buffer=shuffle_buffer, on_error=on_error, max_skipped=max_skipped,
             cache_dir=cache_dir, collate_fn=collate_fn, progress=progress, num_workers=num_workers,
-            multiprocessing_context=multiprocessing_context, executor=executor,
+            multiprocessing_context=multiprocessing_context, executor=executor, timeout=check_timeout(timeout),
         )
         return build_loader(self, tuple(outputs), inputs, options, prefetch_factor=prefetch_factor,
                             pin_memory=pin_memory, persistent_workers=persistent_workers,

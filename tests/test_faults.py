@@ -493,3 +493,168 @@ def test_a_float_wav_with_a_nan_sample(tmp_path: Path) -> None:
     sf.write(path, wave, 16000, subtype="FLOAT")
     with pytest.raises(fd.MediaError, match=r"bad.wav: holds 1 sample\(s\) that are NaN or inf"):
         load_audio(path)
+
+
+STUCK = """
+import signal
+import time
+
+from flowdata import Collect, Parallel, Sequential
+
+def item(n: int) -> Parallel[int]:
+    yield from range(n)
+
+def stream(n: int) -> Sequential[int]:
+    yield from range(n)
+
+def slow(item: int, stuck: int = 3, deaf: int = -1) -> int:
+    if item == stuck:
+        time.sleep(3600)  # a read that never returns, a lock never released
+    if item == deaf:  # a node no signal reaches (as native code holding the GIL)
+        signal.pthread_sigmask(signal.SIG_BLOCK, [signal.SIGALRM])
+        time.sleep(3600)
+    return 2 * item
+
+def swallows(item: int) -> int:
+    try:
+        if item == 1:
+            time.sleep(3600)
+    except Exception:
+        return -1  # a value as if the sample had been computed
+    return item
+
+def streamed(stream: int) -> int:
+    if stream == 2:
+        time.sleep(3600)
+    return stream
+
+def slows(slow: Collect[int]) -> list[int]:
+    return list(slow)
+
+def swallowed(swallows: Collect[int]) -> list[int]:
+    return list(swallows)
+
+def streams(streamed: Collect[int]) -> list[int]:
+    return list(streamed)
+
+def scaled(item: int, slows: list[int]) -> int:
+    return item + len(slows)
+"""
+
+
+@pytest.mark.parametrize("executor", ["inline", "processes"])
+def test_a_node_that_never_returns(build: Callable[..., fd.Driver], executor: str) -> None:
+    dr = build(STUCK)
+    with pytest.raises(fd.SampleError, match=r"node 'slow' \(.*:13\) failed on sample 3 of group 'item'.*SampleTimeout: timed out after 0.5 s"):
+        dr.execute(["slows"], inputs={"n": 6}, timeout=0.5, executor=executor)
+    report = fd.Report()
+    out = dr.execute(["slows"], inputs={"n": 6}, timeout=0.5, executor=executor, on_error="skip", report=report)
+    assert out["slows"] == [0, 2, 4, 8, 10]
+    assert [(s.index, s.node, s.error) for s in report.skipped] == [(3, "slow", "SampleTimeout: timed out after 0.5 s")]
+
+
+def test_a_node_that_does_not_respond_to_the_timeout(build: Callable[..., fd.Driver]) -> None:
+    dr = build(STUCK)
+    report = fd.Report()
+    with fd.ProcessExecutor(2) as pool:
+        out = dr.execute(["slows"], inputs={"n": 40, "deaf": 7}, timeout=0.5, chunk_size=4, executor=pool,
+                         on_error="skip", report=report)
+        assert out["slows"] == [2 * i for i in range(40) if i not in (3, 7)]  # every other chunk computed again
+        assert {(s.index, s.error.split(",")[0]) for s in report.skipped} == {
+            (3, "SampleTimeout: timed out after 0.5 s"), (7, "SampleTimeout: timed out after 0.5 s")}
+        deaf = next(s for s in report.skipped if s.index == 7)
+        assert "did not respond to the interruption: its worker process (pid" in deaf.error
+        assert "was ended after" in deaf.error and "and replaced" in deaf.error
+        # The replaced pool goes on serving later calls.
+        assert dr.execute(["slows"], inputs={"n": 5, "stuck": -1}, executor=pool)["slows"] == [0, 2, 4, 6, 8]
+        with pytest.raises(fd.SampleError, match=r"failed on sample 2 of group 'item'.*timed out after 0.5 s, and did not respond"):
+            dr.execute(["slows"], inputs={"n": 8, "stuck": -1, "deaf": 2}, timeout=0.5, executor=pool)
+
+
+def test_a_node_that_catches_every_exception_is_still_timed_out(build: Callable[..., fd.Driver]) -> None:
+    report = fd.Report()
+    out = build(STUCK).execute(["swallowed"], inputs={"n": 3}, timeout=0.3, on_error="skip", report=report)
+    assert out["swallowed"] == [0, 2] and [s.index for s in report.skipped] == [1]
+
+
+def test_a_sequential_node_that_never_returns(build: Callable[..., fd.Driver]) -> None:
+    dr = build(STUCK)
+    with pytest.raises(fd.SampleError, match=r"node 'streamed' .* failed on sample 2 of group 'stream'.*timed out after 0.3 s"):
+        dr.execute(["streams"], inputs={"n": 4}, timeout=0.3)
+    assert dr.execute(["streams"], inputs={"n": 4}, timeout=0.3, on_error="skip")["streams"] == [0, 1, 3]
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_a_loader_node_that_never_returns(build: Callable[..., fd.Driver], workers: int) -> None:
+    dr = build(STUCK)
+    loader = dr.dataloader(["slow"], inputs={"n": 8}, batch_size=2, num_workers=workers, timeout=0.5,
+                           on_error="skip")
+    assert [v for b in loader for v in b["slow"].tolist()] == [0, 2, 4, 8, 10, 12, 14]
+    assert [(s.index, s.error) for s in loader.report.skipped] == [(3, "SampleTimeout: timed out after 0.5 s")]
+    loader = dr.dataloader(["slow"], inputs={"n": 8}, batch_size=2, num_workers=workers, timeout=0.5)
+    with pytest.raises(fd.SampleError, match=r"node 'slow' .* failed on sample 3 .*timed out after 0.5 s"):
+        list(loader)
+
+
+def test_a_loader_node_that_does_not_respond_to_the_timeout(build: Callable[..., fd.Driver]) -> None:
+    loader = build(STUCK).dataloader(["slow"], inputs={"n": 8, "stuck": -1, "deaf": 5}, batch_size=2, num_workers=2,
+                                     timeout=0.5, on_error="skip")
+    with pytest.raises(fd.SampleError, match=r"node 'slow' .* failed on sample 5 of group 'item' .*SampleTimeout: timed out after 0.5 s, and did not respond to the interruption: its DataLoader worker \(pid \d+\) was ended after .* s, which ends the epoch\n    item: 5"):
+        list(loader)
+
+
+@pytest.mark.parametrize("timeout", [0, -1.0, "5", True])
+def test_a_timeout_that_is_not_a_number_of_seconds(build: Callable[..., fd.Driver], timeout: Any) -> None:
+    dr = build(STUCK)
+    with pytest.raises(fd.InputError, match=r"timeout=.*: expected a positive number of seconds, or None for no limit"):
+        dr.execute(["slows"], inputs={"n": 2}, timeout=timeout)
+    with pytest.raises(fd.InputError, match=r"expected a positive number of seconds"):
+        dr.dataloader(["slow"], inputs={"n": 2}, timeout=timeout)
+
+
+INTERRUPTED = """
+import signal, subprocess, sys
+sys.path.insert(0, {folder!r})
+import flowdata as fd
+import {module}
+
+dr = fd.Builder().with_modules({module}).build()
+print("ready", flush=True)
+try:
+    {call}
+except KeyboardInterrupt:
+    print("interrupted", flush=True)
+"""
+
+
+@pytest.mark.parametrize("call", [
+    "dr.execute(['slows'], inputs={'n': 8}, executor='processes')",
+    "dr.execute(['slows'], inputs={'n': 8})",
+    "dr.dataloader(['scaled'], inputs={'n': 8}, num_workers=2)",  # its statistics pass
+    "list(dr.dataloader(['slow'], inputs={'n': 8}, num_workers=2))",
+])
+def test_ctrl_c_while_a_node_is_stuck(make_module: Callable[..., Any], tmp_path: Path, call: str) -> None:
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    module = make_module(STUCK)
+    script = tmp_path / "run.py"
+    script.write_text(INTERRUPTED.format(folder=str(tmp_path), module=module.__name__, call=call))
+    proc = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True, start_new_session=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    try:
+        assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
+        time.sleep(2.0)  # the pass is under way, a worker stuck in sample 3
+        os.kill(proc.pid, signal.SIGINT)
+        out, _ = proc.communicate(timeout=15)  # the pool used to wait for the stuck worker forever
+        assert out.strip() == "interrupted" and proc.returncode == 0
+        time.sleep(0.5)
+        left = subprocess.run(["pgrep", "-s", str(proc.pid)], capture_output=True, text=True).stdout.split()
+        assert left == []  # no worker left running
+    finally:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except OSError:
+            pass

@@ -70,6 +70,7 @@ class LoaderOptions:
     num_workers: int = 0
     multiprocessing_context: Any = None
     executor: object = None
+    timeout: float | None = None
 
 
 def _statistics_executor(options: LoaderOptions) -> tuple[Executor, bool]:
@@ -140,7 +141,7 @@ def build_dataset(
     cache_dir = os.fspath(options.cache_dir) if options.cache_dir is not None else None
     try:
         engine = Engine(driver.program, driver.graph.nodes, executor, recorder,
-                        rank=options.rank, world_size=options.world_size)
+                        rank=options.rank, world_size=options.world_size, timeout=options.timeout)
         cache = ReductionCache(PassCache(cache_dir), driver.graph.nodes, driver.program) if cache_dir else None
         run = Run(driver.graph, analysis, plan, values, engine, cache)
         index = None
@@ -162,7 +163,7 @@ def build_dataset(
             close = getattr(executor, "close", None)
             if close is not None:
                 close()
-    spec = PassSpec(group.source, pass_.number, pass_.computes, outputs, seed=options.seed)
+    spec = PassSpec(group.source, pass_.number, pass_.computes, outputs, seed=options.seed, timeout=options.timeout)
     skip = on_error == "skip"
     skipped = recorder.skipped(group.source)
     dataset: PassDataset | StreamDataset

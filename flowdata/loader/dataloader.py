@@ -8,8 +8,10 @@ recorded), and saves and restores its position (``state_dict``/``load_state_dict
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import random
+import weakref
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
@@ -21,7 +23,9 @@ from flowdata.loader.datasets import BatchView
 from flowdata.loader.order import EpochBatches
 from flowdata.loader.wire import Batch
 from flowdata.report import Report
-from flowdata.run.passes import Recorder
+from flowdata.run.deadline import SampleTimeout, Stuck, Watch
+from flowdata.run.kernel import failure_of
+from flowdata.run.passes import Recorder, failure_error
 from flowdata.sample import sample_seed
 
 __all__ = ["DataLoader", "progress_bar"]
@@ -89,6 +93,12 @@ class DataLoader(TorchDataLoader):  # type: ignore[type-arg]
         seed: int = 0,
     ):
         self.flow_dataset = dataset
+        self._watch: Watch | None = None
+        if dataset.spec.timeout is not None and num_workers > 0:
+            # Workers whose node does not let go of a sample past the timeout are ended.
+            self._watch = Watch(dataset.spec.timeout)
+            dataset.spec = dataclasses.replace(dataset.spec, watch=self._watch.folder)
+            weakref.finalize(self, self._watch.close)
         if sampler is None:
             dataset.emit_batches = True  # the stream yields whole collated batches to us
         super().__init__(
@@ -206,6 +216,9 @@ class DataLoader(TorchDataLoader):  # type: ignore[type-arg]
             raise exc.with_traceback(None) from exc.__cause__
 
     def _worker_died(self, exc: BaseException) -> FlowdataError:
+        stuck = self._watch.take() if self._watch is not None else []
+        if stuck:
+            return self._timed_out(stuck[0])
         ahead = max(1, self.num_workers * (self.prefetch_factor or 2))
         held_batches = f"{self._served}..{self._served + ahead - 1}"
         samples = ""
@@ -219,6 +232,17 @@ class DataLoader(TorchDataLoader):  # type: ignore[type-arg]
             "  fix: check memory use or native crashes in those samples' nodes; "
             "driver.run_sample([...], index=...) runs one in this process"
         )
+
+    def _timed_out(self, stuck: Stuck) -> FlowdataError:
+        """The error of a sample whose worker was ended past the timeout (the epoch cannot go on)."""
+        spec = self.flow_dataset.spec
+        name = spec.computes[stuck.position]
+        index = getattr(self.flow_dataset, "index", None)
+        item = index.take([stuck.index])[0] if index is not None and 0 <= stuck.index < len(index) else "?"
+        detail = (f"timed out after {spec.timeout:g} s, and did not respond to the interruption: its DataLoader "
+                  f"worker (pid {stuck.pid}) was ended after {stuck.seconds:.1f} s, which ends the epoch")
+        failure = failure_of(self.flow_dataset._get_nodes()[name], stuck.index, item, SampleTimeout(detail))
+        return failure_error(failure, spec.group, spec.number, f"pid {stuck.pid}")
 
     def _identity_state(self) -> dict[str, Any]:
         if self.flow_sampler is not None:

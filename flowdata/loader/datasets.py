@@ -24,6 +24,8 @@ engine's :class:`~flowdata.run.passes.Recorder`.
 
 from __future__ import annotations
 
+import dataclasses
+
 import os
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
@@ -85,8 +87,7 @@ class PassWork:
         """The pass over samples, uncollated."""
         info = get_worker_info()
         worker = "main" if info is None else f"{info.id} (pid {os.getpid()})"
-        spec = PassSpec(self.spec.group, self.spec.number, self.spec.computes, self.outputs, seed=self.seed,
-                        epoch=epoch)
+        spec = dataclasses.replace(self.spec, want=self.outputs, seed=self.seed, epoch=epoch, folds=())
         return run_chunk(self._get_nodes(), spec, self.whole, indices, items, worker=worker, skip=self.skip)
 
     def batch(self, indices: list[int], items: list[Any], epoch: int) -> Batch:

@@ -41,11 +41,15 @@ from typing import Any, Protocol, TypeVar, runtime_checkable
 
 from flowdata.errors import FlowdataError, describe
 
-__all__ = ["Executor", "InlineExecutor", "ProcessExecutor", "resolve_executor"]
+__all__ = ["Executor", "InlineExecutor", "ProcessExecutor", "WorkerDied", "resolve_executor"]
 
 T = TypeVar("T")
 R = TypeVar("R")
 C = TypeVar("C")
+
+
+class WorkerDied(FlowdataError):
+    """A worker process ended while it ran a task (killed, out of memory, a native crash)."""
 
 
 @runtime_checkable
@@ -159,12 +163,12 @@ class ProcessExecutor:
                 if len(pending) >= self.max_in_flight:
                     break
             while pending:
-                future = pending.popleft()
+                future = pending[0]  # left in pending while waited for: a stop here ends its worker
                 try:
                     result = future.result()
                 except BrokenProcessPool as exc:
-                    self._pool = None
-                    raise FlowdataError(
+                    self._end_pool()
+                    raise WorkerDied(
                         f"a worker process of {self!r} died while running a chunk "
                         "(killed by a signal or out of memory)\n"
                         "  fix: check memory use, or run with executor='inline' to see the failure"
@@ -177,15 +181,36 @@ class ProcessExecutor:
                         "  fix: return picklable values from per-sample nodes (no locks, open files or "
                         "generators), or use executor='inline'"
                     ) from exc
+                pending.popleft()
                 task = next(it, _END)
                 if task is not _END:
                     pending.append(submit(task))
                 yield result
         finally:
-            for f in pending:
-                f.cancel()
+            # A stop (Ctrl-C, an error, a consumer that had enough) drops what is pending;
+            # a worker still computing a chunk nobody will read is ended, not waited for --
+            # it may be stuck in a node forever.
+            if not all([f.cancel() or f.done() for f in pending]):
+                self._end_pool()
             # Tasks still queued after a stop fail to read it, and nobody waits for them.
             _remove(path)
+
+    def _end_pool(self) -> None:
+        """Ends the pool's workers at once (terminate, then kill); the next map starts new ones."""
+        pool, self._pool = self._pool, None
+        if pool is None:
+            return
+        procs = list((getattr(pool, "_processes", None) or {}).values())
+        for p in procs:
+            if p.is_alive():
+                p.terminate()
+        pool.shutdown(wait=False, cancel_futures=True)
+        deadline = time.monotonic() + 2.0
+        for p in procs:
+            p.join(max(0.0, deadline - time.monotonic()))
+            if p.is_alive():
+                p.kill()
+                p.join(1.0)
 
     def close(self) -> None:
         """Shuts the pool down; a later :meth:`map` starts a new one."""

@@ -27,6 +27,7 @@ from flowdata.errors import describe, short_repr, user_traceback
 from flowdata.node import Node
 from flowdata.reduce import BLOCK, ReduceSpec
 from flowdata.run.chunking import approx_bytes
+from flowdata.run.deadline import SampleTimeout, guarded_calls
 from flowdata.run.folding import BlockError, Piece, pieces_of
 from flowdata.sample import make_rng
 
@@ -68,6 +69,8 @@ class PassSpec:
         seed: Seed for ``sample_rng``.
         epoch: Epoch for ``sample_rng``.
         folds: Reductions folded where the samples are computed.
+        timeout: Seconds one node may spend on one sample (``timeout=``), or None.
+        watch: The watch folder worker processes record their calls in (with ``timeout``).
     """
 
     group: str
@@ -77,6 +80,8 @@ class PassSpec:
     seed: int = 0
     epoch: int = 0
     folds: tuple[FoldSpec, ...] = ()
+    timeout: float | None = None
+    watch: str | None = None
 
 
 @dataclass(frozen=True)
@@ -148,17 +153,8 @@ def run_chunk(
     if span is None:
         span = (indices[0], indices[-1] + 1) if len(indices) else (0, 0)
     skipped: list[Failure] = []
-    while True:
-        result = _compute(nodes, spec, whole, indices, items, worker)
-        if result.failure is None and spec.folds:
-            result.failure = non_finite(nodes, spec, result.columns, indices, items)
-        if result.failure is None or not skip:
-            break
-        # Leave the failing sample out and compute the chunk again without it.
-        pos = list(indices).index(result.failure.index)
-        skipped.append(result.failure)
-        indices = [*indices[:pos], *indices[pos + 1 :]]
-        items = [*items[:pos], *items[pos + 1 :]]
+    with guarded_calls(spec.timeout, spec.watch if worker != "main" else None) as bounded:
+        result, indices = _compute_all(nodes, spec, whole, indices, items, worker, skip, skipped, bounded)
     result.span, result.skipped = span, skipped
     if spec.folds and result.failure is None:
         _fold(spec, result, indices)
@@ -169,6 +165,32 @@ def run_chunk(
     return result
 
 
+def _compute_all(
+    nodes: Mapping[str, Node],
+    spec: PassSpec,
+    whole: Mapping[str, Any],
+    indices: Sequence[int],
+    items: Sequence[Any],
+    worker: str,
+    skip: bool,
+    skipped: list[Failure],
+    bounded: Callable[..., Callable[..., Any]] | None,
+) -> tuple[ChunkResult, Sequence[int]]:
+    """The chunk computed, with failing samples left out under ``skip``; and the indices kept."""
+    while True:
+        result = _compute(nodes, spec, whole, indices, items, worker, bounded)
+        if result.failure is None and spec.folds:
+            result.failure = non_finite(nodes, spec, result.columns, indices, items)
+        if result.failure is None or not skip:
+            break
+        # Leave the failing sample out and compute the chunk again without it.
+        pos = list(indices).index(result.failure.index)
+        skipped.append(result.failure)
+        indices = [*indices[:pos], *indices[pos + 1 :]]
+        items = [*items[:pos], *items[pos + 1 :]]
+    return result, indices
+
+
 def _compute(
     nodes: Mapping[str, Node],
     spec: PassSpec,
@@ -176,12 +198,14 @@ def _compute(
     indices: Sequence[int],
     items: Sequence[Any],
     worker: str,
+    bounded: Callable[..., Callable[..., Any]] | None = None,
 ) -> ChunkResult:
     n = len(items)
     cols: dict[str, Sequence[Any]] = {spec.group: items, "sample_index": indices}
     timing: dict[str, float] = {}
-    for name in spec.computes:
+    for position, name in enumerate(spec.computes):
         node = nodes[name]
+        fn = node.fn if bounded is None else bounded(node.fn, position, indices)
         args: list[Any] = []
         for p in node.params:
             if p.name in cols:
@@ -197,11 +221,11 @@ def _compute(
         t = time.perf_counter()
         try:
             if node.positional_call:
-                out.extend(map(node.fn, *args))
+                out.extend(map(fn, *args))
             else:
                 names = tuple(p.name for p in node.params)
-                out.extend(map(_call_kw, repeat(node.fn), repeat(names), zip(*args)))
-        except (Exception, SystemExit) as exc:  # sys.exit() in a node is that node's failure
+                out.extend(map(_call_kw, repeat(fn), repeat(names), zip(*args)))
+        except (Exception, SystemExit, SampleTimeout) as exc:  # sys.exit() in a node is that node's failure
             # list.extend keeps what it appended before the error: len(out) is the failing sample.
             i = len(out)
             return ChunkResult(indices, {}, _failure(name, node.location, indices[i], items[i], exc), 0.0, worker)

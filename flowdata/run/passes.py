@@ -32,8 +32,9 @@ from flowdata.errors import InputError, NodeError, SampleError
 from flowdata.node import Node
 from flowdata.report import Report, Skip
 from flowdata.run.chunking import MAX_CHUNK, ChunkSizer, chunked
-from flowdata.run.executors import Executor, InlineExecutor
-from flowdata.run.kernel import ChunkResult, Failure, PassSpec
+from flowdata.run.deadline import SampleTimeout, Stuck, Watch
+from flowdata.run.executors import Executor, InlineExecutor, WorkerDied
+from flowdata.run.kernel import ChunkResult, Failure, PassSpec, failure_of
 from flowdata.run.sequential import SequentialStream
 from flowdata.run.source import Source
 from flowdata.run.worker import PassContext, Task, run_task
@@ -150,6 +151,7 @@ class Engine:
         chunk_size: Fixed samples per chunk, or None to adapt.
         rank: This process's rank among ``world_size``.
         world_size: Number of ranks.
+        timeout: Seconds one node may spend on one sample (see :mod:`~flowdata.run.deadline`).
     """
 
     def __init__(
@@ -161,7 +163,9 @@ class Engine:
         chunk_size: int | None = None,
         rank: int = 0,
         world_size: int = 1,
+        timeout: float | None = None,
     ):
+        self.timeout = timeout
         self.program = program
         self.nodes = nodes
         self.executor = executor
@@ -180,44 +184,93 @@ class Engine:
             source: The group's items.
         """
         items = source.open()
+        if self.timeout is not None:
+            spec = dataclasses.replace(spec, timeout=self.timeout)
         if kind == "sequential":
             return self._sequential(spec, whole, items)
         return self._parallel(spec, whole, items)
 
     def _parallel(self, spec: PassSpec, whole: Mapping[str, Any], items: Iterator[Any]) -> Iterator[ChunkResult]:
         group = spec.group
+        # Workers in other processes that a node does not let go of are ended by a watch.
+        watch = Watch(spec.timeout) if spec.timeout is not None and spec.computes and not isinstance(
+            self.executor, InlineExecutor) else None
         try:
             # Items stay here: workers hand back computed columns only.
-            remote = dataclasses.replace(spec, want=tuple(w for w in spec.want if w != group))
+            remote = dataclasses.replace(spec, want=tuple(w for w in spec.want if w != group),
+                                         watch=watch.folder if watch is not None else None)
             context = PassContext(self.program, remote, whole, self.recorder.skip, nodes=self.nodes)
             # A pass that computes nothing per sample needs no round trip for its items.
             executor = self.executor if spec.computes else _INLINE
             sizer = ChunkSizer(self.chunk_size, MAX_CHUNK, align=bool(spec.folds))
-            in_flight: deque[tuple[Sequence[int], list[Any]]] = deque()
+            fresh = (Task(span, idx, chunk) for span, idx, chunk in
+                     chunked(items, sizer.next_size, self.recorder.skipped(group)))
+            redo: deque[Task] = deque()  # chunks lost with a worker that was ended, computed again first
+            in_flight: deque[Task] = deque()
 
             def tasks() -> Iterator[Task]:
-                for span, idx, chunk in chunked(items, sizer.next_size, self.recorder.skipped(group)):
-                    in_flight.append((idx, chunk))
-                    yield Task(span, idx, chunk)
+                while True:
+                    task = redo.popleft() if redo else next(fresh, None)
+                    if task is None:
+                        return
+                    in_flight.append(task)
+                    yield task
 
-            results = executor.map(run_task, tasks(), context=context)
-            try:
-                for result in results:
-                    idx, chunk = in_flight.popleft()
-                    if group in spec.want and result.failure is None:
-                        kept = len(result.indices) == len(idx)
-                        result.columns[group] = chunk if kept else _kept(idx, chunk, result.indices)
-                    sizer.observe(result.seconds, len(chunk), result.sample_bytes)
-                    del chunk
-                    yield self.recorder.check(group, spec.number, result)
-            finally:
-                close = getattr(results, "close", None)
-                if close is not None:
-                    close()
+            while True:
+                results = executor.map(run_task, tasks(), context=context)
+                try:
+                    for result in results:
+                        task = in_flight.popleft()
+                        chunk = list(task.items)
+                        if group in spec.want and result.failure is None:
+                            kept = len(result.indices) == len(task.indices)
+                            result.columns[group] = chunk if kept else _kept(task.indices, chunk, result.indices)
+                        sizer.observe(result.seconds, len(chunk), result.sample_bytes)
+                        del chunk, task
+                        yield self.recorder.check(group, spec.number, result)
+                    return
+                except WorkerDied:
+                    stuck = watch.take() if watch is not None else []
+                    if not stuck:
+                        raise
+                    for one in stuck:  # raises under "raise"
+                        self._timed_out(spec, one, in_flight)
+                    # Every chunk the ended pool held is computed again, in order, by new workers.
+                    again = [t for t in in_flight if len(t.indices)] + list(redo)
+                    redo.clear()
+                    redo.extend(again)
+                    in_flight.clear()
+                finally:
+                    close = getattr(results, "close", None)
+                    if close is not None:
+                        close()
         finally:
+            if watch is not None:
+                watch.close()
             close_items = getattr(items, "close", None)
             if close_items is not None:
                 close_items()
+
+    def _timed_out(self, spec: PassSpec, stuck: Stuck, in_flight: deque[Task]) -> None:
+        """Reports the sample a worker was ended on; under ``"skip"`` leaves it out of its chunk."""
+        name = spec.computes[stuck.position]
+        for k, task in enumerate(in_flight):
+            if stuck.index in task.indices:
+                pos = list(task.indices).index(stuck.index)
+                item = task.items[pos]
+                in_flight[k] = Task(task.span, [*task.indices[:pos], *task.indices[pos + 1 :]],
+                                    [*task.items[:pos], *task.items[pos + 1 :]])
+                break
+        else:
+            item = "?"
+        detail = (f"timed out after {spec.timeout:g} s, and did not respond to the interruption: its worker "
+                  f"process (pid {stuck.pid}) was ended after {stuck.seconds:.1f} s and replaced")
+        node = self.nodes[name]
+        failure = failure_of(node, stuck.index, item, SampleTimeout(detail))
+        worker = f"pid {stuck.pid}"
+        rec = self.recorder
+        rec.record(spec.group, spec.number, 0, {}, [failure] if rec.skip else [], None if rec.skip else failure,
+                   worker)
 
     def _sequential(self, spec: PassSpec, whole: Mapping[str, Any], items: Iterator[Any]) -> Iterator[ChunkResult]:
         """One sample at a time, in this process (see :mod:`flowdata.run.sequential`)."""

@@ -331,12 +331,13 @@ def execute(
     cache_dir: str | None = None,
     on_error: OnError = "raise",
     report: Report | None = None,
+    timeout: float | None = None,
 ) -> dict[str, Any]:
     """Computes a plan's outputs (``Driver.execute()``); closes an executor it made itself."""
     ex, owned = resolve_executor(executor)
     try:
         engine = Engine(program, graph.nodes, ex, Recorder(report if report is not None else Report(), on_error),
-                        chunk_size=chunk_size)
+                        chunk_size=chunk_size, timeout=timeout)
         cache = ReductionCache(PassCache(cache_dir), graph.nodes, program) if cache_dir is not None else None
         run = Run(graph, analysis, plan, values, engine, cache)
         return {o: run.value(o) for o in plan.outputs}

@@ -21,6 +21,7 @@ from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
 from typing import Any
 
 from flowdata.node import Node
+from flowdata.run.deadline import SampleTimeout, guarded_calls
 from flowdata.run.kernel import Failure, PassSpec, failure_of, non_finite
 from flowdata.sample import make_rng
 
@@ -43,12 +44,14 @@ class OneSample:
 
 
 def compile_pass(
-    nodes: Mapping[str, Node], spec: PassSpec, whole: Mapping[str, Any], timed: bool, single: str | None = None
+    nodes: Mapping[str, Node], spec: PassSpec, whole: Mapping[str, Any], timed: bool, single: str | None = None,
+    bounded: Callable[..., Callable[..., Any]] | None = None,
 ) -> tuple[Any, list[str]]:
     """A function ``(item, index, seconds) -> columns`` computing the pass for one sample.
 
     With ``timed``, it adds each node's time to ``seconds``; with ``single``, it returns
-    that column's value itself instead of the columns. Returns the function and the
+    that column's value itself instead of the columns; with ``bounded`` (see
+    :func:`~flowdata.run.deadline.guarded_calls`), each node call under ``timeout=``. Returns the function and the
     node computed on each line of its body (line 2 is the first node), for naming the
     node that raised.
     """
@@ -62,7 +65,7 @@ def compile_pass(
         by_line.append(spec.computes[0])
     for k, name in enumerate(spec.computes):
         node = nodes[name]
-        env[f"f{k}"] = node.fn
+        env[f"f{k}"] = node.fn if bounded is None else bounded(node.fn, k, None)
         args: list[str] = []
         for j, p in enumerate(node.params):
             if p.name in local:
@@ -144,10 +147,17 @@ class SequentialStream:
             _close(self._items)
 
     def _run(self, single: str | None) -> Generator[Any, None, None]:
+        spec = self._args[1]
+        with guarded_calls(spec.timeout, None) as bounded:  # in this process: the interrupt layer only
+            yield from self._samples(single, bounded)
+
+    def _samples(
+        self, single: str | None, bounded: Callable[..., Callable[..., Any]] | None
+    ) -> Generator[Any, None, None]:
         nodes, spec, whole = self._args
         items, exclude, report, failed = self._items, self._exclude, self._report, self._failed
-        fast, by_line = compile_pass(nodes, spec, whole, timed=False, single=single)
-        timed, _ = compile_pass(nodes, spec, whole, timed=True, single=single)
+        fast, by_line = compile_pass(nodes, spec, whole, timed=False, single=single, bounded=bounded)
+        timed, _ = compile_pass(nodes, spec, whole, timed=True, single=single, bounded=bounded)
         seconds = [0.0] * len(spec.computes)
         folds = [(f.node, f.column) for f in spec.folds]
         drop = [f.column for f in spec.folds if f.column not in spec.want]
@@ -165,7 +175,7 @@ class SequentialStream:
                         countdown = _TIMED - 1
                         measured += 1
                         out = timed(item, i, seconds)
-                except (Exception, SystemExit) as exc:  # sys.exit() in a node is its failure
+                except (Exception, SystemExit, SampleTimeout) as exc:  # sys.exit() in a node is its failure
                     failed(failure_of(_failed_node(exc, by_line, nodes), i, item, exc))
                     continue
                 delivered += 1  # before the hand-over: a consumer may stop the stream there
