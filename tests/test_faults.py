@@ -658,3 +658,49 @@ def test_ctrl_c_while_a_node_is_stuck(make_module: Callable[..., Any], tmp_path:
             os.killpg(proc.pid, signal.SIGKILL)
         except OSError:
             pass
+
+
+ODD_SHAPE = """
+import numpy as np
+
+from flowdata import Collect, Parallel, Sequential, reduce
+from flowdata.stats import Stats, Welford
+
+def item(n: int) -> Parallel[int]:
+    yield from range(n)
+
+def stream(n: int) -> Sequential[int]:
+    yield from range(n)
+
+def frames(item: int, odd: int) -> np.ndarray:
+    return np.full((2, 4 if item == odd else 3), float(item))
+
+def streamed(stream: int, odd: int) -> np.ndarray:
+    return np.full((2, 4 if stream == odd else 3), float(stream))
+
+@reduce(Welford, dim=0)
+def stats(frames: Collect[np.ndarray]) -> Stats: ...
+
+@reduce(Welford, dim=0)
+def stream_stats(streamed: Collect[np.ndarray]) -> Stats: ...
+"""
+
+
+@pytest.mark.parametrize(("output", "n", "odd", "executor"), [
+    ("stats", 10, 5, "inline"),  # folded in this process (a first, partial block)
+    ("stats", 300, 0, "inline"),  # the odd value first: the others are not to blame
+    ("stats", 300, 200, "processes"),  # folded in a worker (a whole block)
+    ("stream_stats", 300, 130, "inline"),  # a Sequential group: folded here, value by value
+])
+def test_a_value_of_the_wrong_shape_for_its_reduction(build: Callable[..., fd.Driver], output: str, n: int, odd: int,
+                                                      executor: str) -> None:
+    dr = build(ODD_SHAPE)
+    reduction = "stats" if output == "stats" else "stream_stats"
+    with pytest.raises(fd.SampleError, match=rf"node '{reduction}' \(.*\) failed on sample {odd} of group .*StatsError: Welford\(dim=\(0,\)\) expected values whose kept shape is \(3,\), got \(4,\)(.|\n)*    item: {odd}\n"):
+        dr.execute([output], inputs={"n": n, "odd": odd}, executor=executor)
+    report = fd.Report()
+    stats = dr.execute([output], inputs={"n": n, "odd": odd}, executor=executor, on_error="skip", report=report)[output]
+    kept = [i for i in range(n) if i != odd]
+    assert stats.count.tolist() == [2 * len(kept)] * 3
+    assert np.allclose(stats.mean.numpy(), np.mean(kept))
+    assert [(s.index, s.node) for s in report.skipped] == [(odd, reduction)] and sum(report.seen.values()) == n

@@ -17,6 +17,7 @@ storing, concatenating or re-reading a Collect argument works as in Hamilton.
 
 from __future__ import annotations
 
+import functools
 import threading
 from collections import deque
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -245,13 +246,34 @@ def call_collect(node: Node, args: Mapping[str, Any], tee: Tee, r: int) -> Any:
         tee.close(r)
 
 
-def reduce_all(folders: list[Folder], tee: Tee, r: int) -> dict[str, Any]:
-    """Reads every chunk of the pass (reductions never stop early) into the folders."""
+BadValue = Callable[[Any, int, Any, BaseException], None]
+"""``bad(fold_spec, index, item, error)``: a loose value a reduction could not fold here."""
+
+
+def reduce_all(folders: list[Folder], tee: Tee, r: int, bad: BadValue | None = None) -> dict[str, Any]:
+    """Reads every chunk of the pass (reductions never stop early) into the folders.
+
+    A loose value a reducer cannot fold is handed to ``bad`` with its sample's item (kept
+    here until the value's block is folded), which raises or lets the pass go on without
+    it.
+    """
     folder = folders[0]
+    items: dict[int, Any] = {}  # the items of loose values whose block is still open
+    if bad is not None:
+        for f in folders:
+            f.on_bad = functools.partial(_bad_value, bad, f.spec, items)
     try:
         while (chunk := tee.next(r)) is not None:
+            if bad is not None:
+                loose = {at for f in folders for kind, at, _ in chunk.pieces.get(f.spec.node, ()) if kind != "block"}
+                if loose:
+                    items.update((i, x) for i, x in zip(chunk.indices, chunk.items) if i in loose)
             for folder in folders:
                 folder.add(chunk.pieces.get(folder.spec.node, ()), chunk.span)
+            if items:
+                done_below = min(f.open_from for f in folders)
+                for i in [i for i in items if i < done_below]:
+                    del items[i]
         done = {}
         for folder in folders:
             done[folder.spec.node] = folder.finish()
@@ -263,6 +285,10 @@ def reduce_all(folders: list[Folder], tee: Tee, r: int) -> dict[str, Any]:
             cause.with_traceback(user_traceback(cause.__traceback__)))
     finally:
         tee.close(r)
+
+
+def _bad_value(bad: BadValue, spec: Any, items: dict[int, Any], index: int, error: BaseException) -> None:
+    bad(spec, index, items.get(index, "?"), error)
 
 
 class JobThread(threading.Thread):

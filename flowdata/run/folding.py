@@ -21,13 +21,14 @@ about ``FOLD_BYTES`` of values per reduction.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
+from flowdata.errors import FlowdataError
 from flowdata.reduce import BLOCK, fold_values
 from flowdata.run.chunking import approx_bytes
 
-__all__ = ["FOLD_BYTES", "BlockError", "Folder", "Piece", "UnitCutter", "fold_block", "pieces_of"]
+__all__ = ["FOLD_BYTES", "BlockError", "Folder", "Piece", "UnitCutter", "ValueFoldError", "fold_block", "pieces_of"]
 
 FOLD_BYTES = 8 << 20
 """Bytes of values folded at once at most. Fixed: changing it changes large values' results."""
@@ -51,22 +52,74 @@ class BlockError(Exception):
         return f"samples {self.block * BLOCK}..{self.block * BLOCK + BLOCK - 1}"
 
 
+class ValueFoldError(BlockError):
+    """The reducer could not fold one sample's value: the sample at ``index`` (the cause
+    is the reducer's error, worded from the other samples' side)."""
+
+    def __init__(self, block: int, index: int):
+        super().__init__(block)
+        self.index = index
+
+
+OnBad = Callable[[int, BaseException], None]
+"""Called with a sample index and the reducer's error when its value cannot be folded:
+raises to stop, or returns to leave the value out."""
+
+
+def _culprit(spec: Any, values: Sequence[Any]) -> tuple[int, BaseException] | None:
+    """Which of a unit's values (that failed to fold together) is to blame, and the error.
+
+    The values are folded one by one: the first that fails is to blame -- unless it is the
+    second and the values after the first fold together, which makes the first one the odd
+    value out (its error is then worded from the others' side).
+    """
+    reducer = spec.fresh()
+    for p, v in enumerate(values):
+        try:
+            fold_values(reducer, [v])
+        except Exception as exc:
+            if p == 1 and len(values) > 2 and _folds(spec, values[1:3]):
+                try:
+                    fold_values(spec.fresh(), [values[1], values[0]])
+                except Exception as first:
+                    return 0, first
+            return p, exc
+    return None
+
+
+def _folds(spec: Any, values: Sequence[Any]) -> bool:
+    try:
+        fold_values(spec.fresh(), values)
+    except Exception:
+        return False
+    return True
+
+
 class UnitCutter:
-    """Folds one block's values, in index order, unit by unit (see the module docstring)."""
+    """Folds one block's values, in index order, unit by unit (see the module docstring).
 
-    __slots__ = ("_bytes", "_pending", "_spec", "state")
+    A value the reducer cannot fold is found (by its sample index) and handed to
+    ``on_bad``, which raises or lets the unit be folded without it; without ``on_bad`` it
+    raises :class:`ValueFoldError`.
+    """
 
-    def __init__(self, spec: Any):
+    __slots__ = ("_block", "_bytes", "_indices", "_on_bad", "_pending", "_spec", "state")
+
+    def __init__(self, spec: Any, block: int = 0, on_bad: OnBad | None = None):
         self._spec = spec
+        self._block = block
+        self._on_bad = on_bad
         self.state: Any = None
         self._pending: list[Any] = []
+        self._indices: list[int] = []
         self._bytes = 0
 
-    def add_value(self, value: Any, nbytes: int) -> None:
-        """Takes the next value of the block."""
+    def add_value(self, value: Any, nbytes: int, index: int = -1) -> None:
+        """Takes the next value of the block (sample ``index``)."""
         if self._pending and self._bytes + nbytes > FOLD_BYTES:
             self._flush()
         self._pending.append(value)
+        self._indices.append(index)
         self._bytes += nbytes
 
     def add_unit(self, reducer: Any) -> None:
@@ -80,9 +133,20 @@ class UnitCutter:
         return self.state
 
     def _flush(self) -> None:
-        if self._pending:
-            unit = fold_values(self._spec.fresh(), self._pending)
-            self._pending, self._bytes = [], 0
+        while self._pending:
+            try:
+                unit = fold_values(self._spec.fresh(), self._pending)
+            except Exception:
+                found = _culprit(self._spec, self._pending)
+                if found is None:
+                    raise
+                pos, cause = found
+                if self._on_bad is None:
+                    raise ValueFoldError(self._block, self._indices[pos]) from cause
+                self._on_bad(self._indices[pos], cause)
+                del self._pending[pos], self._indices[pos]
+                continue
+            self._pending, self._indices, self._bytes = [], [], 0
             self._merge(unit)
 
     def _merge(self, reducer: Any) -> None:
@@ -92,11 +156,15 @@ class UnitCutter:
             self.state.merge(reducer)
 
 
-def fold_block(spec: Any, values: Iterable[Any]) -> Any:
-    """The reducer of one block's values (None when there are none)."""
-    cutter = UnitCutter(spec)
-    for v in values:
-        cutter.add_value(v, approx_bytes(v))
+def fold_block(spec: Any, values: Iterable[Any], indices: Iterable[int], block: int = 0) -> Any:
+    """The reducer of one block's values (None when there are none); ``indices`` are theirs.
+
+    Raises:
+        ValueFoldError: a value the reducer cannot fold, by its sample index.
+    """
+    cutter = UnitCutter(spec, block)
+    for v, i in zip(values, indices, strict=True):
+        cutter.add_value(v, approx_bytes(v), i)
     return cutter.finish()
 
 
@@ -115,7 +183,7 @@ def pieces_of(spec: Any, span: tuple[int, int], indices: Sequence[int], values: 
             end += 1
         try:
             if lo >= start and hi <= stop:
-                pieces.append(("block", b, fold_block(spec, values[pos:end])))
+                pieces.append(("block", b, fold_block(spec, values[pos:end], indices[pos:end], b)))
             else:
                 for i in range(pos, end):
                     v = values[i]
@@ -123,6 +191,8 @@ def pieces_of(spec: Any, span: tuple[int, int], indices: Sequence[int], values: 
                         pieces.append(("unit", indices[i], fold_values(spec.fresh(), [v])))
                     else:
                         pieces.append(("value", indices[i], v))
+        except ValueFoldError:
+            raise
         except Exception as exc:
             raise BlockError(b) from exc
         pos = end
@@ -130,10 +200,14 @@ def pieces_of(spec: Any, span: tuple[int, int], indices: Sequence[int], values: 
 
 
 class Folder:
-    """Completes one reduction over a pass in the main process; chunks arrive in order."""
+    """Completes one reduction over a pass in the main process; chunks arrive in order.
 
-    def __init__(self, spec: Any):
+    ``on_bad`` is told of a loose value the reducer cannot fold (see :class:`UnitCutter`).
+    """
+
+    def __init__(self, spec: Any, on_bad: OnBad | None = None):
         self.spec = spec
+        self.on_bad = on_bad
         self.total = spec.fresh()
         self._next = 0  # the next block to merge into the total
         self._covered = 0  # every sample index below this has been seen (or skipped)
@@ -148,16 +222,23 @@ class Folder:
                 continue
             cutter = self._open.get(at // BLOCK)
             if cutter is None:
-                cutter = self._open[at // BLOCK] = UnitCutter(self.spec)
+                cutter = self._open[at // BLOCK] = UnitCutter(self.spec, at // BLOCK, self.on_bad)
             try:
                 if kind == "unit":
                     cutter.add_unit(x)
                 else:
-                    cutter.add_value(x, approx_bytes(x))
+                    cutter.add_value(x, approx_bytes(x), at)
+            except (BlockError, FlowdataError):  # FlowdataError: what on_bad raised
+                raise
             except Exception as exc:
                 raise BlockError(at // BLOCK) from exc
         self._covered = max(self._covered, span[1])
         self._advance(self._covered // BLOCK)
+
+    @property
+    def open_from(self) -> int:
+        """The first sample index whose block is not folded into the total yet."""
+        return self._next * BLOCK
 
     def _advance(self, complete: int) -> None:
         while self._next < complete:
@@ -171,6 +252,8 @@ class Folder:
                     state = None  # every sample of the block was skipped
                 if state is not None:
                     self.total.merge(state)
+            except (BlockError, FlowdataError):  # FlowdataError: what on_bad raised
+                raise
             except Exception as exc:
                 raise BlockError(b) from exc
             self._next += 1

@@ -28,7 +28,7 @@ from flowdata.node import Node
 from flowdata.reduce import BLOCK, ReduceSpec
 from flowdata.run.chunking import approx_bytes
 from flowdata.run.deadline import SampleTimeout, guarded_calls
-from flowdata.run.folding import BlockError, Piece, pieces_of
+from flowdata.run.folding import BlockError, Piece, ValueFoldError, pieces_of
 from flowdata.sample import make_rng
 
 __all__ = ["ChunkResult", "Failure", "FoldSpec", "PassSpec", "failure_of", "non_finite", "portable", "run_chunk"]
@@ -107,7 +107,8 @@ class ChunkResult:
     folded and the loose values it did not (:data:`flowdata.run.folding.Piece`).
     ``skipped`` lists the samples left out under ``on_error="skip"``; ``node_seconds`` the
     time spent in each node; ``sample_bytes`` an estimate of one sample's memory (its item
-    and every computed value), for chunk sizing.
+    and every computed value), for chunk sizing. ``items`` are the delivered samples' items,
+    set in the main process (they never travel back from a worker).
     """
 
     indices: Sequence[int]
@@ -120,6 +121,7 @@ class ChunkResult:
     skipped: list[Failure] = field(default_factory=list)
     node_seconds: dict[str, float] = field(default_factory=dict)
     sample_bytes: int = 0
+    items: Sequence[Any] = ()
 
 
 def _call_kw(fn: Callable[..., Any], names: tuple[str, ...], values: tuple[Any, ...]) -> Any:
@@ -154,10 +156,9 @@ def run_chunk(
         span = (indices[0], indices[-1] + 1) if len(indices) else (0, 0)
     skipped: list[Failure] = []
     with guarded_calls(spec.timeout, spec.watch if worker != "main" else None) as bounded:
-        result, indices = _compute_all(nodes, spec, whole, indices, items, worker, skip, skipped, bounded)
+        result, indices = _compute_all(nodes, spec, whole, indices, items, worker, skip, skipped, bounded, span)
     result.span, result.skipped = span, skipped
     if spec.folds and result.failure is None:
-        _fold(spec, result, indices)
         for fold in spec.folds:
             if fold.column not in spec.want:
                 result.columns.pop(fold.column, None)
@@ -175,12 +176,16 @@ def _compute_all(
     skip: bool,
     skipped: list[Failure],
     bounded: Callable[..., Callable[..., Any]] | None,
+    span: tuple[int, int],
 ) -> tuple[ChunkResult, Sequence[int]]:
     """The chunk computed, with failing samples left out under ``skip``; and the indices kept."""
     while True:
         result = _compute(nodes, spec, whole, indices, items, worker, bounded)
         if result.failure is None and spec.folds:
             result.failure = non_finite(nodes, spec, result.columns, indices, items)
+            if result.failure is None:
+                result.span = span
+                result.failure = _fold(spec, result, indices, items)
         if result.failure is None or not skip:
             break
         # Leave the failing sample out and compute the chunk again without it.
@@ -256,14 +261,22 @@ def _failure(node: str, location: str, index: int, item: Any, exc: BaseException
     )
 
 
-def _fold(spec: PassSpec, result: ChunkResult, indices: Sequence[int]) -> None:
+def _fold(spec: PassSpec, result: ChunkResult, indices: Sequence[int], items: Sequence[Any]) -> Failure | None:
+    """Folds the chunk's values; the failure of a value the reducer cannot fold, if any.
+
+    A value the reducer refuses is that sample's failure, named by the reduction (raised or
+    skipped like any other); an error no single value explains stops the pass.
+    """
     for fold in spec.folds:
         try:
             result.pieces[fold.node] = pieces_of(fold, result.span, indices, result.columns[fold.column])
         except BlockError as err:
             cause = err.__cause__ if isinstance(err.__cause__, Exception) else err
-            result.failure = _failure(fold.node, fold.location, err.block * BLOCK, err.samples, cause, reduction=True)
-            return
+            if isinstance(err, ValueFoldError):
+                pos = list(indices).index(err.index)
+                return _failure(fold.node, fold.location, err.index, items[pos], cause)
+            return _failure(fold.node, fold.location, err.block * BLOCK, err.samples, cause, reduction=True)
+    return None
 
 
 def non_finite(

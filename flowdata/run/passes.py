@@ -94,6 +94,14 @@ class Recorder:
             self.report.skipped.extend(fresh)
             self.report.check(total=None)
 
+    def fold_failed(self, group: str, pass_: int, failure: Failure) -> None:
+        """Records a sample whose value a reduction in this process could not fold: raises
+        under ``"raise"``; under ``"skip"``, the sample (already counted as seen) is skipped."""
+        if self.skip:
+            self.record(group, pass_, -1, {}, [failure], None, "main")
+        else:
+            self.record(group, pass_, 0, {}, [], failure, "main")
+
     def check(self, group: str, pass_: int, result: ChunkResult) -> ChunkResult:
         """Records a chunk; raises its failure, if it has one."""
         self.record(group, pass_, len(result.indices), result.node_seconds, result.skipped, result.failure,
@@ -222,9 +230,12 @@ class Engine:
                     for result in results:
                         task = in_flight.popleft()
                         chunk = list(task.items)
-                        if group in spec.want and result.failure is None:
-                            kept = len(result.indices) == len(task.indices)
-                            result.columns[group] = chunk if kept else _kept(task.indices, chunk, result.indices)
+                        if result.failure is None:
+                            kept = chunk if len(result.indices) == len(task.indices) else _kept(
+                                task.indices, chunk, result.indices)
+                            result.items = kept
+                            if group in spec.want:
+                                result.columns[group] = kept
                         sizer.observe(result.seconds, len(chunk), result.sample_bytes)
                         del chunk, task
                         yield self.recorder.check(group, spec.number, result)

@@ -43,7 +43,7 @@ from flowdata.run.cache import ReductionCache
 from flowdata.run.consumers import JobThread, Tee, call_collect, collect_arguments, reduce_all, run_jobs
 from flowdata.run.executors import InlineExecutor, resolve_executor
 from flowdata.run.folding import Folder
-from flowdata.run.kernel import ChunkResult, FoldSpec, PassSpec
+from flowdata.run.kernel import ChunkResult, FoldSpec, PassSpec, failure_of
 from flowdata.run.passes import Engine, OnError, Recorder
 from flowdata.run.source import IndexSource, IterableSource, call_source
 
@@ -159,7 +159,7 @@ class Run:
         group = self.plan.group(closed)
         pass_ = group.pass_of(source.name)
         plain, folds = self._consumers(pass_, exclude=source.name)
-        jobs = self._jobs(plain, folds)
+        jobs = self._jobs(plain, folds, group, pass_)
         tee = Tee(self._chunks(group, pass_, [source, *plain], folds), readers=1 + len(jobs),
                   capacity=_capacity(group))
         threads = [JobThread(job, tee, i + 1) for i, job in enumerate(jobs)]
@@ -206,7 +206,7 @@ class Run:
             return
         tee = Tee(self._chunks(group, pass_, plain, folds), readers=len(plain) + (1 if folds else 0),
                   capacity=_capacity(group))
-        results = run_jobs(self._jobs(plain, folds), tee)
+        results = run_jobs(self._jobs(plain, folds, group, pass_), tee)
         self._keep(plain, folds, results)
         if self.cache is not None and key is not None and folds:
             self.cache.save(key, folds, self.reducers, _where(group, pass_),
@@ -228,12 +228,21 @@ class Run:
                 folds.append(FoldSpec(c, node.collect_params[0].name, node.reducer, options, node.location))
         return plain, folds
 
-    def _jobs(self, plain: Sequence[Node], folds: Sequence[FoldSpec]) -> list[Callable[[Tee, int], Any]]:
+    def _jobs(
+        self, plain: Sequence[Node], folds: Sequence[FoldSpec], group: GroupPlan, pass_: PassPlan
+    ) -> list[Callable[[Tee, int], Any]]:
         jobs: list[Callable[[Tee, int], Any]] = [
             functools.partial(call_collect, node, self._whole_args(node, skip_collect=True)) for node in plain
         ]
         if folds:
-            jobs.append(functools.partial(reduce_all, [_folder(self.graph.nodes[f.node], f) for f in folds]))
+            recorder = self.engine.recorder
+
+            def bad(spec: FoldSpec, index: int, item: Any, error: BaseException) -> None:
+                failure = failure_of(self.graph.nodes[spec.node], index, item, error)
+                recorder.fold_failed(group.source, pass_.number, failure)
+
+            folders = [_folder(self.graph.nodes[f.node], f) for f in folds]
+            jobs.append(functools.partial(reduce_all, folders, bad=bad))
         return jobs
 
     def _keep(self, plain: Sequence[Node], folds: Sequence[FoldSpec], results: Sequence[Any]) -> None:

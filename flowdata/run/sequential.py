@@ -34,9 +34,10 @@ _TIMED = 16
 class OneSample:
     """One sample as a chunk: what consumers read (``columns``, ``pieces``, ``span``)."""
 
-    __slots__ = ("columns", "indices", "pieces", "span")
+    __slots__ = ("columns", "indices", "items", "pieces", "span")
 
-    def __init__(self, index: int, columns: dict[str, list[Any]], pieces: dict[str, list[Any]]):
+    def __init__(self, index: int, columns: dict[str, list[Any]], pieces: dict[str, list[Any]], item: Any = None):
+        self.items = (item,)
         self.columns = columns
         self.pieces = pieces
         self.span = (index, index + 1)
@@ -190,7 +191,7 @@ class SequentialStream:
                     pieces = {node: [("value", i, out[column][0])] for node, column in folds}
                     for column in drop:
                         del out[column]
-                    yield OneSample(i, out, pieces)
+                    yield OneSample(i, out, pieces, item)
                 else:
                     yield OneSample(i, out, no_pieces)
                 if delivered == _FLUSH:
