@@ -160,6 +160,8 @@ class SampleError(NodeError):
         pass_: The pass (1 or 2, ...) the sample was in.
         worker: ``"main"`` or the worker process that ran it.
         detail: ``Type: message`` of the user's exception.
+        reproduce: The per-sample node whose value to look at (the node itself, or the
+            column a reduction could not fold).
     """
 
     def __init__(
@@ -173,18 +175,21 @@ class SampleError(NodeError):
         group: str,
         pass_: int,
         worker: str,
+        reproduce: str | None = None,
     ):
         self.index = index
         self.item = item
         self.group = group
         self.pass_ = pass_
         self.worker = worker
+        self.reproduce = reproduce or node
+        see = "reproduce it alone" if self.reproduce == node else f"see the value of '{self.reproduce}' it was given"
         FlowdataError.__init__(
             self,
             f"node '{node}' ({location}) failed on sample {index} of group '{group}' "
             f"(pass {pass_}, worker {worker}): {detail}\n"
             f"    item: {item}\n"
-            f"    fix: reproduce it alone with driver.run_sample(['{node}'], index={index}, "
+            f"    fix: {see} with driver.run_sample(['{self.reproduce}'], index={index}, "
             "inputs=<the same inputs>)",
         )
         self.node = node
@@ -201,6 +206,7 @@ class SampleError(NodeError):
             "group": self.group,
             "pass_": self.pass_,
             "worker": self.worker,
+            "reproduce": self.reproduce,
         }
 
 

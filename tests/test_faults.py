@@ -704,3 +704,47 @@ def test_a_value_of_the_wrong_shape_for_its_reduction(build: Callable[..., fd.Dr
     assert stats.count.tolist() == [2 * len(kept)] * 3
     assert np.allclose(stats.mean.numpy(), np.mean(kept))
     assert [(s.index, s.node) for s in report.skipped] == [(odd, reduction)] and sum(report.seen.values()) == n
+
+
+TERMINATED = """
+import sys, time
+sys.path.insert(0, {folder!r})
+import flowdata as fd
+import {module}
+
+dr = fd.Builder().with_modules({module}).build()
+loader = dr.dataloader(['slow'], inputs={{'n': 1000, 'stuck': -1}})  # an index in a scratch folder
+pool = fd.ProcessExecutor(1)
+dr.execute(['slows'], inputs={{'n': 4, 'stuck': -1}}, executor=pool)  # the pool's context folder
+print("ready", flush=True)
+time.sleep(3600)
+"""
+
+
+@pytest.mark.parametrize("how", ["SIGTERM", "SIGKILL"])
+def test_a_run_ended_by_a_signal_leaves_no_scratch_folder(make_module: Callable[..., Any], tmp_path: Path,
+                                                          how: str) -> None:
+    import signal
+    import subprocess
+    import sys
+
+    module = make_module(STUCK)
+    temp = tmp_path / "tmp"
+    temp.mkdir()
+    script = tmp_path / "run.py"
+    script.write_text(TERMINATED.format(folder=str(tmp_path), module=module.__name__))
+    env = {**os.environ, "TMPDIR": str(temp)}
+    proc = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True, env=env)
+    try:
+        assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
+        kinds = sorted(p.name.split("-")[1] for p in temp.iterdir())
+        assert kinds == ["context", "index"]
+        proc.send_signal(getattr(signal, how))
+        assert proc.wait(timeout=15) == -getattr(signal, how)  # ended by the signal, as without flowdata
+    finally:
+        proc.kill()
+    if how == "SIGKILL":  # nothing can run on SIGKILL: the next run removes what it left
+        assert len(list(temp.iterdir())) == 2
+        subprocess.run([sys.executable, "-c", "import flowdata.run.scratch as s; s.remove(s.make('watch'))"],
+                       env=env, check=True)
+    assert list(temp.iterdir()) == []

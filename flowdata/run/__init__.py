@@ -11,9 +11,11 @@ Layers, each one module (data flows down; nothing below imports what is above)::
     worker      per-process node cache, PassContext (sent once per worker), run_task
     chunking    cutting items into chunks sized by time and bytes
     kernel      run_chunk: per-sample work on one chunk, column by column, never raising
+    deadline    timeout=: node calls interrupted past it, unresponsive workers ended
     folding     reductions folded in fixed blocks and byte-bounded units, merged in order
     source      the Source contract (open, index, fingerprint, shard) and its adapters
     usage       whether a Collect function can be handed a stream or needs a list
+    scratch     temporary folders, removed when done, at exit, on SIGTERM, after a kill
 
 The training iterator (:mod:`flowdata.loader`) builds on ``scheduler`` for its statistics
 pass and runs ``kernel`` in torch DataLoader workers for its epochs, reporting through the

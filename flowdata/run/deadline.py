@@ -22,16 +22,16 @@ from __future__ import annotations
 import ctypes
 import mmap
 import os
-import shutil
 import signal
 import struct
-import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
+
+from flowdata.run import scratch
 
 __all__ = ["SampleTimeout", "Stuck", "Watch", "check_timeout", "grace", "guarded_calls"]
 
@@ -215,7 +215,7 @@ class Watch:
     def __init__(self, timeout: float):
         self.timeout = timeout
         self.limit = timeout + grace(timeout)
-        self.folder = tempfile.mkdtemp(prefix="flowdata-watch-")
+        self.folder = scratch.make("watch")
         self._stuck: list[Stuck] = []
         self._lock = threading.Lock()
         self._stop = threading.Event()
@@ -272,4 +272,4 @@ class Watch:
         """Stops watching and removes the folder."""
         self._stop.set()
         self._thread.join()
-        shutil.rmtree(self.folder, ignore_errors=True)
+        scratch.remove(self.folder)

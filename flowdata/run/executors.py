@@ -26,9 +26,7 @@ import inspect
 import multiprocessing
 import os
 import pickle
-import shutil
 import sys
-import tempfile
 import threading
 import time
 import uuid
@@ -39,6 +37,7 @@ from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from typing import Any, Protocol, TypeVar, runtime_checkable
 
+from flowdata.run import scratch
 from flowdata.errors import FlowdataError, describe
 
 __all__ = ["Executor", "InlineExecutor", "ProcessExecutor", "WorkerDied", "resolve_executor"]
@@ -126,8 +125,8 @@ class ProcessExecutor:
                 f"the tasks' context cannot be sent to worker processes: {describe(exc)}"
             ) from exc
         if self._folder is None:
-            self._folder = tempfile.mkdtemp(prefix="flowdata-context-")
-            weakref.finalize(self, shutil.rmtree, self._folder, True)  # an executor never closed
+            self._folder = scratch.make("context")
+            weakref.finalize(self, scratch.remove, self._folder)  # an executor never closed
         path = os.path.join(self._folder, f"{uuid.uuid4().hex}.pickle")
         with open(path, "wb") as f:
             f.write(data)
@@ -218,7 +217,7 @@ class ProcessExecutor:
             self._pool.shutdown(wait=True, cancel_futures=True)
             self._pool = None
         if self._folder is not None:
-            shutil.rmtree(self._folder, ignore_errors=True)
+            scratch.remove(self._folder)
             self._folder = None
 
     def __enter__(self) -> ProcessExecutor:

@@ -96,6 +96,7 @@ class Failure:
     error: BaseException | None
     traceback_text: str
     reduction: bool = False
+    reproduce: str = ""  # the node whose value to look at, when not ``node`` (see SampleError)
 
 
 @dataclass
@@ -274,7 +275,8 @@ def _fold(spec: PassSpec, result: ChunkResult, indices: Sequence[int], items: Se
             cause = err.__cause__ if isinstance(err.__cause__, Exception) else err
             if isinstance(err, ValueFoldError):
                 pos = list(indices).index(err.index)
-                return _failure(fold.node, fold.location, err.index, items[pos], cause)
+                failure = _failure(fold.node, fold.location, err.index, items[pos], cause)
+                return dataclasses.replace(failure, reproduce=fold.column)
             return _failure(fold.node, fold.location, err.block * BLOCK, err.samples, cause, reduction=True)
     return None
 

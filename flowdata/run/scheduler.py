@@ -27,6 +27,7 @@ reads (:meth:`Run.pass_whole`, statistics included) and opens sources through
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from itertools import islice
@@ -238,7 +239,8 @@ class Run:
             recorder = self.engine.recorder
 
             def bad(spec: FoldSpec, index: int, item: Any, error: BaseException) -> None:
-                failure = failure_of(self.graph.nodes[spec.node], index, item, error)
+                failure = dataclasses.replace(failure_of(self.graph.nodes[spec.node], index, item, error),
+                                              reproduce=spec.column)
                 recorder.fold_failed(group.source, pass_.number, failure)
 
             folders = [_folder(self.graph.nodes[f.node], f) for f in folds]

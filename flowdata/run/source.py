@@ -27,13 +27,13 @@ an error that says what to yield instead.
 from __future__ import annotations
 
 import os
-import shutil
 import tempfile
 import weakref
 from collections.abc import Iterable, Iterator, Sequence
 from itertools import islice
 from typing import Any, Protocol, runtime_checkable
 
+from flowdata.run import scratch
 from flowdata.errors import FlowdataError, NodeError, describe, short_repr, user_traceback
 from flowdata.node import Node
 
@@ -300,58 +300,30 @@ def indexed(source: IndexSource | IterableSource, directory: str | None) -> Inde
     return IndexSource(source.node, _write_index(source.open(), directory, source.node.name))
 
 
-_TEMP_PREFIX = "flowdata-index-"
-
-
 def _write_index(items: Iterable[Any], directory: str | None, name: str) -> ArrowIndex:
-    """An Arrow index of ``items`` (in a temporary folder, removed with it, when None).
+    """An Arrow index of ``items`` (in a scratch folder, removed with it, when None).
 
-    A temporary folder is named after this process (``flowdata-index-<pid>-...``); it is
-    removed when the index is collected, at exit, and when writing it fails. Folders that a
-    killed process left behind (its pid no longer running) are removed by the next one.
+    A scratch folder (see :mod:`flowdata.run.scratch`) is removed when the index is
+    collected, at exit, on SIGTERM, when writing it fails, and -- after a kill -- by the
+    next run.
     """
     if directory is not None:
         return _write_arrow(iter(items), directory, name)
-    _remove_stale()
-    folder = tempfile.mkdtemp(prefix=f"{_TEMP_PREFIX}{os.getpid()}-")
+    folder = scratch.make("index")
     try:
         index = _write_arrow(iter(items), folder, name)
     except BaseException:
-        shutil.rmtree(folder, ignore_errors=True)
+        scratch.remove(folder)
         raise
     # A temporary index lives as long as the index object in this process (workers,
     # which hold copies, stop before the loader that owns it is collected).
-    weakref.finalize(index, shutil.rmtree, folder, True)
+    weakref.finalize(index, scratch.remove, folder)
     return index
 
 
-def _remove_stale() -> None:
-    """Removes temporary indexes of processes that are gone (killed before their clean-up)."""
-    root = tempfile.gettempdir()
-    try:
-        names = [n for n in os.listdir(root) if n.startswith(_TEMP_PREFIX)]
-    except OSError:
-        return
-    for n in names:
-        pid = n[len(_TEMP_PREFIX):].split("-", 1)[0]
-        if pid.isdigit() and int(pid) != os.getpid() and not _alive(int(pid)):
-            shutil.rmtree(os.path.join(root, n), ignore_errors=True)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except OSError:  # it exists, owned by someone else
-        return True
-    return True
-
-
-def _write_arrow(items: Iterable[Any], directory: str | None, name: str) -> ArrowIndex:
+def _write_arrow(items: Iterable[Any], folder: str, name: str) -> ArrowIndex:
     import pyarrow as pa
 
-    folder = directory if directory is not None else tempfile.mkdtemp(prefix=_TEMP_PREFIX)
     os.makedirs(folder, exist_ok=True)
     fd, path = tempfile.mkstemp(prefix=f"{name}-", suffix=".arrow", dir=folder)
     os.close(fd)

@@ -1,0 +1,116 @@
+"""Scratch folders: the temporary folders flowdata makes, never left behind.
+
+Every temporary folder flowdata makes -- an Arrow index of a source's items, an
+executor's context files, a timeout's watch records -- is made here, in the system's
+temporary directory, named ``flowdata-<kind>-<pid>-<random>``, and removed:
+
+* when its owner is done with it (:func:`remove`, or the owner's finalizer);
+* at exit, however the interpreter ends normally (after a Ctrl-C too);
+* on ``SIGTERM``: unless the program installed its own handler, flowdata's removes this
+  process's folders, then ends the process by ``SIGTERM`` as the default action would
+  (same exit status). Forked children (pool and DataLoader workers) get the default
+  action back, so that terminating a stuck worker always works;
+* after ``kill -9``, a power cut or a native crash: by the next run, which removes the
+  folders whose owner pid is no longer running.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import shutil
+import signal
+import tempfile
+import threading
+from typing import Any
+
+__all__ = ["make", "remove", "remove_stale"]
+
+_PREFIX = "flowdata-"
+_KINDS = ("index", "context", "watch")
+_OWNED: dict[str, int] = {}  # folder -> the pid that made it
+_LOCK = threading.Lock()
+_handler_installed = False
+
+
+def make(kind: str) -> str:
+    """A new scratch folder of ``kind`` (one of ``"index"``, ``"context"``, ``"watch"``)."""
+    assert kind in _KINDS, kind
+    remove_stale()
+    path = tempfile.mkdtemp(prefix=f"{_PREFIX}{kind}-{os.getpid()}-")
+    with _LOCK:
+        _OWNED[path] = os.getpid()
+    _install_handler()
+    return path
+
+
+def remove(path: str) -> None:
+    """Removes a scratch folder (nothing happens when it is already gone)."""
+    shutil.rmtree(path, ignore_errors=True)
+    with _LOCK:
+        _OWNED.pop(path, None)
+
+
+def remove_stale() -> None:
+    """Removes scratch folders of processes that are gone (killed before their clean-up)."""
+    root = tempfile.gettempdir()
+    try:
+        names = [n for n in os.listdir(root) if n.startswith(_PREFIX)]
+    except OSError:
+        return
+    for name in names:
+        parts = name[len(_PREFIX):].split("-", 2)
+        if len(parts) == 3 and parts[0] in _KINDS and parts[1].isdigit():
+            pid = int(parts[1])
+            if pid != os.getpid() and not _alive(pid):
+                shutil.rmtree(os.path.join(root, name), ignore_errors=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # it exists, owned by someone else
+        return True
+    return True
+
+
+def _remove_own() -> None:
+    me = os.getpid()
+    with _LOCK:
+        mine = [path for path, pid in _OWNED.items() if pid == me]
+    for path in mine:
+        remove(path)
+
+
+def _on_sigterm(signum: int, frame: Any) -> None:
+    _remove_own()
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    os.kill(os.getpid(), signal.SIGTERM)
+
+
+def _install_handler() -> None:
+    global _handler_installed
+    if _handler_installed or threading.current_thread() is not threading.main_thread():
+        return
+    _handler_installed = True
+    try:
+        if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
+            signal.signal(signal.SIGTERM, _on_sigterm)
+    except (ValueError, OSError):  # not where signals can be handled
+        pass
+
+
+def _in_forked_child() -> None:
+    global _handler_installed
+    _handler_installed = True  # a worker makes no folders it must remove on SIGTERM
+    try:
+        if signal.getsignal(signal.SIGTERM) is _on_sigterm:
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    except (ValueError, OSError):
+        pass
+
+
+atexit.register(_remove_own)
+os.register_at_fork(after_in_child=_in_forked_child)
