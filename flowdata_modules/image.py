@@ -39,10 +39,15 @@ def row(manifest: str) -> Parallel[dict[str, str]]:
     yield from read_manifest(manifest, IMAGE_SUFFIXES)
 
 
-def resized(row: dict[str, str], image_size: int = 32, max_pixels: int = 90_000_000) -> torch.Tensor:
+def resized(
+    row: dict[str, str], image_size: int = 32, max_pixels: int = 90_000_000, jpeg_draft: bool = True
+) -> torch.Tensor:
     """The image decoded as RGB in [0, 1], its short side resized, centre-cropped square.
-    An image whose header declares more than ``max_pixels`` is refused before decoding."""
-    image = load_image(row["path"], mode="RGB", max_pixels=max_pixels)
+    An image whose header declares more than ``max_pixels`` is refused before decoding;
+    with ``jpeg_draft``, a JPEG is decoded at the smallest of its built-in reduced scales
+    that still covers ``image_size`` (a 4000x3000 photo for 32x32 decodes at 1/8)."""
+    draft = (image_size, image_size) if jpeg_draft else None
+    image = load_image(row["path"], mode="RGB", max_pixels=max_pixels, draft=draft)
     h, w = image.shape[-2:]
     scale = image_size / min(h, w)
     size = (max(image_size, round(h * scale)), max(image_size, round(w * scale)))

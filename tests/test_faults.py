@@ -748,3 +748,31 @@ def test_a_run_ended_by_a_signal_leaves_no_scratch_folder(make_module: Callable[
         subprocess.run([sys.executable, "-c", "import flowdata.run.scratch as s; s.remove(s.make('watch'))"],
                        env=env, check=True)
     assert list(temp.iterdir()) == []
+
+
+def test_a_large_jpeg_for_a_small_output(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from PIL import Image, JpegImagePlugin
+
+    from flowdata_modules import image
+
+    rng = np.random.default_rng(0)
+    big = (np.kron(rng.integers(0, 255, (30, 40, 3)), np.ones((50, 50, 1))) + rng.normal(0, 4, (1500, 2000, 3)))
+    Image.fromarray(big.clip(0, 255).astype(np.uint8)).save(tmp_path / "photo.jpg", quality=92)
+    decoded: list[tuple[int, int]] = []
+    load = JpegImagePlugin.JpegImageFile.load
+
+    def recording(self: Any) -> Any:
+        out = load(self)
+        decoded.append(self.size)
+        return out
+
+    monkeypatch.setattr(JpegImagePlugin.JpegImageFile, "load", recording)
+    dr = fd.Builder().with_modules(image).build()
+    row = {"path": str(tmp_path / "photo.jpg"), "label": "a"}
+    fast = dr.run_sample(["resized"], item=row)["resized"]
+    assert set(decoded) == {(250, 188)}  # 1/8 of each side still covers 32x32
+    decoded.clear()
+    full = dr.run_sample(["resized"], item=row, inputs={"jpeg_draft": False})["resized"]
+    assert set(decoded) == {(2000, 1500)}
+    assert fast.shape == full.shape == (3, 32, 32)
+    assert float((fast - full).abs().mean()) < 0.02  # the same picture
