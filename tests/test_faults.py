@@ -776,3 +776,60 @@ def test_a_large_jpeg_for_a_small_output(tmp_path: Path, monkeypatch: pytest.Mon
     assert set(decoded) == {(2000, 1500)}
     assert fast.shape == full.shape == (3, 32, 32)
     assert float((fast - full).abs().mean()) < 0.02  # the same picture
+
+
+def _load_as(uid: int | None, paths: list[tuple[str, str]], queue: Any) -> None:
+    """In a forked child: drops to ``uid`` (root reads any file), then loads each file."""
+    from flowdata.errors import MediaError
+    from flowdata.media import load_audio, load_image
+
+    if uid is not None:
+        os.setgid(uid)
+        os.setuid(uid)
+    for kind, path in paths:
+        try:
+            (load_audio if kind == "audio" else load_image)(path)
+            queue.put("loaded")
+        except MediaError as err:
+            queue.put(str(err))
+
+
+def test_a_file_that_cannot_be_read_for_lack_of_permission(tmp_path: Path) -> None:
+    import shutil
+    import tempfile
+
+    import soundfile as sf
+    import torch  # noqa: F401  # everything the loaders import, imported before the child drops its rights
+    from PIL import Image, PngImagePlugin  # noqa: F401
+
+    import flowdata.media  # noqa: F401
+
+    open_folder = Path(tempfile.mkdtemp())  # in the system's temporary folder: anyone may enter it
+    closed = tmp_path / "closed"  # a folder nobody else may enter
+    closed.mkdir(mode=0o700)
+    wav, png, hidden = open_folder / "clip.wav", open_folder / "shape.png", closed / "clip.wav"
+    for w in (wav, hidden):
+        sf.write(w, np.zeros(800, dtype=np.float32), 8000)
+    Image.new("RGB", (8, 8)).save(png)
+    open_folder.chmod(0o755)
+    for p in (wav, png):
+        p.chmod(0o000)
+    try:
+        ctx = multiprocessing.get_context("fork")
+        queue = ctx.Queue()
+        paths = [("audio", str(wav)), ("image", str(png)), ("audio", str(hidden))]
+        # Root reads any file: the loaders run as 'nobody' there (as the files' owner elsewhere).
+        child = ctx.Process(target=_load_as, args=(65534 if os.geteuid() == 0 else None, paths, queue))
+        if os.geteuid() != 0:
+            closed.chmod(0o000)
+        child.start()
+        out = [queue.get(timeout=60) for _ in paths]
+        child.join(10)
+    finally:
+        closed.chmod(0o700)
+        shutil.rmtree(open_folder)
+    fix = "\n  fix: check the file's permissions and the disk"
+    assert out[0] == f"{wav}: cannot be opened (permission denied){fix}"  # not "truncated or corrupt"
+    assert out[1] == f"{png}: cannot be opened (permission denied){fix}"
+    assert out[2] == (f"{hidden}: cannot be opened (permission denied: a folder on its path cannot be entered)\n"
+                      "  fix: check the permissions of the folders that hold it")  # not "does not exist"

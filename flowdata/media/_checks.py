@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import stat
 
 from flowdata.errors import MediaError
 
@@ -10,11 +11,20 @@ from flowdata.errors import MediaError
 def existing(path: str | os.PathLike[str]) -> str:
     """The path as a string; raises MediaError when it is missing, a folder, or empty."""
     text = os.fspath(path)
-    if not os.path.exists(text):
-        raise MediaError(text, "file does not exist", "check the manifest's paths (relative to the manifest's folder)")
-    if os.path.isdir(text):
+    try:
+        st = os.stat(text)
+    except FileNotFoundError:
+        raise MediaError(text, "file does not exist",
+                         "check the manifest's paths (relative to the manifest's folder)") from None
+    except PermissionError as exc:  # a folder on the way cannot be entered: not "does not exist"
+        raise MediaError(text, "cannot be opened (permission denied: a folder on its path cannot be entered)",
+                         "check the permissions of the folders that hold it") from exc
+    except OSError as exc:
+        reason = (exc.strerror or type(exc).__name__).lower()
+        raise MediaError(text, f"cannot be opened ({reason})", "check the path and the disk") from exc
+    if stat.S_ISDIR(st.st_mode):
         raise MediaError(text, "is a folder, not a file")
-    if os.path.getsize(text) == 0:
+    if st.st_size == 0:
         raise MediaError(text, "file is empty (0 bytes)", "re-export or remove the file")
     try:
         with open(text, "rb"):
