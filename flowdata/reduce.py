@@ -2,7 +2,7 @@
 
 ::
 
-    @reduce(Welford, dim=1)
+    @reduce(Welford, dim=(0, 2))
     def feature_stats(feature: Collect[torch.Tensor]) -> Stats:
         ...  # not called, as with Hamilton's @does
 

@@ -21,13 +21,16 @@ from __future__ import annotations
 import collections.abc as cabc
 import typing
 from collections.abc import Callable
-from typing import Any, Literal, get_args, get_origin
+from typing import TYPE_CHECKING, Any, Literal, get_args, get_origin
 
 from flowdata.errors import GraphProblem
 from flowdata.graph import BUILTINS, Graph
 from flowdata.types import is_newtype as _is_newtype
 from flowdata.types import is_union as _is_union
 from flowdata.types import strip_annotated as _strip
+
+if TYPE_CHECKING:
+    from flowdata.node import Node
 from flowdata.types import type_name
 
 __all__ = ["check_edges", "check_reductions", "collection_element", "compatible", "type_name"]
@@ -242,6 +245,39 @@ def _input_conflicts(graph: Graph) -> list[GraphProblem]:
     return problems
 
 
+def _keeps_samples(name: str, node: Node) -> GraphProblem | None:
+    """FD303: a reducer whose options keep the sample axis (``@reduce(Welford, dim=1)``).
+
+    Checked when the reducer can be made from the ``@reduce`` options alone; options given
+    by whole-valued parameters are checked when the pass starts.
+    """
+    spec = node.reducer
+    assert spec is not None
+    if getattr(spec.cls, "check_samples", None) is None:
+        return None
+    try:
+        reducer = spec.cls(**spec.options)
+    except Exception:
+        return None
+    try:
+        reducer.check_samples()
+    except Exception as exc:
+        text = str(exc).splitlines()
+        fix = next((line.strip()[4:].strip() for line in text if line.strip().startswith("fix:")), "add axis 0 to dim")
+        options = ", ".join(f"{k}={v!r}" for k, v in spec.options.items())
+        return GraphProblem(
+            code="FD303",
+            title="reduce-keeps-samples",
+            message=f"'{name}' is declared @reduce({spec.cls.__name__}, {options}), which keeps the sample axis",
+            node=name,
+            locations=(node.location,),
+            expected="dim naming axes of the stacked batch of samples, axis 0 (the samples) included",
+            actual=text[0].split(":")[0],
+            fix=fix,
+        )
+    return None
+
+
 def check_reductions(graph: Graph) -> list[GraphProblem]:
     """``@reduce`` nodes: exactly one Collect parameter, and a return type that accepts the
     reducer's result type."""
@@ -269,6 +305,9 @@ def check_reductions(graph: Graph) -> list[GraphProblem]:
                     fix="give the reduction one Collect parameter; reduce other values in their own nodes",
                 )
             )
+        problem = _keeps_samples(name, node)
+        if problem is not None:
+            problems.append(problem)
         produced = result_type(spec.cls)
         if not compatible(produced, node.type):
             problems.append(

@@ -54,7 +54,7 @@ def log_mel(waveform: torch.Tensor, mel: LogMel) -> torch.Tensor:
     return spectrogram
 
 
-@reduce(Welford, dim=1)
+@reduce(Welford, dim=(0, 2))
 def feature_stats(log_mel: Collect[torch.Tensor]) -> Stats:
     """Per-mel-bin statistics over every frame of every clip (one streaming pass)."""
     raise NotImplementedError("@reduce folds the values; the body is not called")

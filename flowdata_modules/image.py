@@ -55,7 +55,7 @@ def resized(
     return square
 
 
-@reduce(Welford, dim=(1, 2))
+@reduce(Welford, dim=(0, 2, 3))
 def pixel_stats(resized: Collect[torch.Tensor]) -> Stats:
     """Per-channel statistics over every pixel of every image (one streaming pass)."""
     raise NotImplementedError("@reduce folds the values; the body is not called")

@@ -300,7 +300,7 @@ def feature(item: int) -> torch.Tensor:
     g = torch.Generator().manual_seed(item)
     return 1e4 + torch.randn(3, generator=g, dtype=torch.float64)
 
-@reduce(Welford, dim=())  # per feature, across samples
+@reduce(Welford, dim=0)  # per feature, across samples
 def feature_stats(feature: Collect[torch.Tensor]) -> Stats: ...
 
 def normalized(feature: torch.Tensor, feature_stats: Stats) -> torch.Tensor:

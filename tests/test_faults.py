@@ -457,10 +457,10 @@ def feature(item: int) -> torch.Tensor:
         return torch.tensor([math.inf, 0.0])
     return torch.tensor([float(item), 1.0])
 
-@reduce(Welford, dim=())
+@reduce(Welford, dim=0)
 def stats(feature: Collect[torch.Tensor]) -> Stats: ...
 
-@reduce(Welford, dim=(), nan="propagate")
+@reduce(Welford, dim=0, nan="propagate")
 def raw_stats(feature: Collect[torch.Tensor]) -> Stats: ...
 """
 
@@ -678,10 +678,10 @@ def frames(item: int, odd: int) -> np.ndarray:
 def streamed(stream: int, odd: int) -> np.ndarray:
     return np.full((2, 4 if stream == odd else 3), float(stream))
 
-@reduce(Welford, dim=0)
+@reduce(Welford, dim=(0, 1))
 def stats(frames: Collect[np.ndarray]) -> Stats: ...
 
-@reduce(Welford, dim=0)
+@reduce(Welford, dim=(0, 1))
 def stream_stats(streamed: Collect[np.ndarray]) -> Stats: ...
 """
 
@@ -696,7 +696,7 @@ def test_a_value_of_the_wrong_shape_for_its_reduction(build: Callable[..., fd.Dr
                                                       executor: str) -> None:
     dr = build(ODD_SHAPE)
     reduction = "stats" if output == "stats" else "stream_stats"
-    with pytest.raises(fd.SampleError, match=rf"node '{reduction}' \(.*\) failed on sample {odd} of group .*StatsError: Welford\(dim=\(0,\)\) expected values whose kept shape is \(3,\), got \(4,\)(.|\n)*    item: {odd}\n"):
+    with pytest.raises(fd.SampleError, match=rf"node '{reduction}' \(.*\) failed on sample {odd} of group .*StatsError: Welford\(dim=\(0, 1\)\) expected values whose kept shape is \(3,\), got \(4,\)(.|\n)*    item: {odd}\n"):
         dr.execute([output], inputs={"n": n, "odd": odd}, executor=executor)
     report = fd.Report()
     stats = dr.execute([output], inputs={"n": n, "odd": odd}, executor=executor, on_error="skip", report=report)[output]

@@ -34,7 +34,7 @@ def label(item: dict) -> int:
 def path(item: dict) -> str:
     return item["path"]
 
-@reduce(Welford, dim=())
+@reduce(Welford, dim=0)
 def feature_stats(feature: Collect[torch.Tensor]) -> Stats: ...
 
 def normalized(feature: torch.Tensor, feature_stats: Stats) -> torch.Tensor:

@@ -9,11 +9,13 @@ from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
+import numpy as np
 import pytest
 import torch
 
 import flowdata as fd
 from flowdata.run.kernel import ChunkResult
+from flowdata.stats import Welford
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -37,7 +39,7 @@ def label(row: int) -> str:
     CALLS["label"] += 1
     return "xyz"[row % 3]
 
-@reduce(Welford, dim=1)
+@reduce(Welford, dim=(0, 2))
 def feature_stats(feature: Collect[torch.Tensor]) -> Stats:
     raise AssertionError("the body of a reduction is not called")
 
@@ -57,7 +59,7 @@ def normalized(feature: torch.Tensor, feature_stats: Stats) -> torch.Tensor:
     CALLS["normalized"] += 1
     return (feature - feature_stats.mean[:, None]) / feature_stats.std[:, None]
 
-@reduce(Welford, dim=1)
+@reduce(Welford, dim=(0, 2))
 def normalized_stats(normalized: Collect[torch.Tensor]) -> Stats: ...
 
 def tick(n: int) -> Sequential[int]:
@@ -67,7 +69,7 @@ def tick_feature(tick: int) -> torch.Tensor:
     g = torch.Generator().manual_seed(tick)
     return 1e4 + torch.randn(4, 6, generator=g, dtype=torch.float64)
 
-@reduce(Welford, dim=1)
+@reduce(Welford, dim=(0, 2))
 def tick_stats(tick_feature: Collect[torch.Tensor]) -> Stats: ...
 """
 
@@ -208,10 +210,10 @@ def test_fold_error_names_the_reduction_and_samples(build: Callable[..., fd.Driv
         yield from range(n)
     def vec(x: int) -> np.ndarray:
         return np.zeros(3 if x < 70 else 4)
-    @reduce(Welford, dim=())
+    @reduce(Welford, dim=0)
     def stats(vec: Collect[np.ndarray]) -> Stats: ...
     """)
-    with pytest.raises(fd.SampleError, match=r"node 'stats' \(.*:9\) failed on sample 70 of group 'x' \(pass 1, worker main\): StatsError: Welford\(dim=\(\)\) expected values whose kept shape is \(3,\), got \(4,\)(.|\n)*fix: see the value of 'vec' it was given with driver.run_sample\(\['vec'\], index=70"):
+    with pytest.raises(fd.SampleError, match=r"node 'stats' \(.*:9\) failed on sample 70 of group 'x' \(pass 1, worker main\): StatsError: Welford\(dim=\(0,\)\) expected values whose kept shape is \(3,\), got \(4,\)(.|\n)*fix: see the value of 'vec' it was given with driver.run_sample\(\['vec'\], index=70"):
         dr.execute(["stats"], inputs={"n": 200})
     with pytest.raises(fd.SampleError, match=r"failed on sample 70 of group 'x' \(pass 1, worker (main|pid \d+)\)"):
         dr.execute(["stats"], inputs={"n": 200}, executor="processes")
@@ -351,3 +353,64 @@ def test_reductions_in_a_group_closed_by_a_source(build: Callable[..., fd.Driver
     assert out["vocab"].tokens == ("a", "b", "c")
     assert (out["n_sentences"], out["n_words"], out["ids"]) == (3, 6, [0, 1, 0, 2, 0, 1])
     assert dr.execute(["n_words"], inputs={"texts": texts}, executor="processes") == {"n_words": 6}
+
+
+ONE_DIM = """
+import numpy as np
+import torch
+from flowdata import Collect, Parallel, reduce
+from flowdata.stats import MinMax, Range, Stats, Welford
+
+def x(n: int) -> Parallel[int]:
+    yield from range(n)
+
+def vec(x: int) -> np.ndarray:
+    return np.array([x, 10.0 * x, -x + 3.0])
+
+def image(x: int) -> torch.Tensor:
+    return torch.arange(2 * 3 * 4, dtype=torch.float32).reshape(2, 3, 4) * (x + 1)
+
+@reduce(Welford, dim=0)
+def vec_stats(vec: Collect[np.ndarray]) -> Stats: ...
+
+@reduce(Welford, dim=(0, 2, 3))
+def channel_stats(image: Collect[torch.Tensor]) -> Stats: ...
+
+@reduce(MinMax, dim=0)
+def vec_range(vec: Collect[np.ndarray]) -> Range: ...
+
+def centred(vec: np.ndarray, vec_stats: Stats) -> np.ndarray:
+    return (vec - vec_stats.mean.numpy()) / vec_stats.std.numpy()
+
+def centred_mean(centred: Collect[np.ndarray]) -> list[float]:
+    return np.mean(np.stack(list(centred)), axis=0).tolist()
+"""
+
+
+def test_dim_names_axes_of_the_stacked_batch(build: Callable[..., fd.Driver]) -> None:
+    dr = build(ONE_DIM)
+    out = dr.execute(["vec_stats", "channel_stats", "vec_range", "centred_mean"], inputs={"n": 50})
+    vecs = np.stack([np.array([x, 10.0 * x, -x + 3.0]) for x in range(50)])
+    images = torch.stack([torch.arange(24, dtype=torch.float32).reshape(2, 3, 4) * (x + 1) for x in range(50)])
+    direct = Welford(dim=0)
+    direct.update(vecs)  # the same dim, used directly on the batch
+    assert torch.equal(out["vec_stats"].mean, direct.result().mean) and out["vec_stats"].mean.shape == (3,)
+    assert np.allclose(out["vec_stats"].mean.numpy(), vecs.mean(axis=0))
+    assert np.allclose(out["centred_mean"], 0.0)  # normalising by it centres every feature
+    assert torch.allclose(out["channel_stats"].mean, images.double().mean(dim=(0, 2, 3)))
+    assert out["vec_range"].min.tolist() == vecs.min(axis=0).tolist()
+
+
+def test_a_reduction_whose_dim_keeps_the_sample_axis(build: Callable[..., fd.Driver]) -> None:
+    with pytest.raises(fd.GraphError, match=r"FD303 reduce-keeps-samples: 'stats' is declared @reduce\(Welford, dim=1\), which keeps the sample axis(.|\n)*fix: add 0 \(dim=\(0, 1\)\); per-feature statistics of \[F\] vectors are dim=0, per-channel statistics of \[C, H, W\] images dim=\(0, 2, 3\)"):
+        build("""
+        import numpy as np
+        from flowdata import Collect, Parallel, reduce
+        from flowdata.stats import Stats, Welford
+        def x(n: int) -> Parallel[int]:
+            yield from range(n)
+        def vec(x: int) -> np.ndarray:
+            return np.zeros(3)
+        @reduce(Welford, dim=1)
+        def stats(vec: Collect[np.ndarray]) -> Stats: ...
+        """)

@@ -122,7 +122,7 @@ def test_shape_change_is_a_clear_error() -> None:
 
 def test_fold_of_a_block_equals_its_stacked_batch() -> None:
     values = [np.arange(6.0).reshape(2, 3) + i for i in range(5)]
-    a = Welford(dim=1)
+    a = Welford(dim=(0, 2))  # one meaning of dim: axes of the stacked batch, 0 = the samples
     a.fold(values)
     b = Welford(dim=(0, 2))
     b.update(np.stack(values))

@@ -66,7 +66,7 @@ class ReductionCache:
             code = [code_key(self.nodes[n].origin or self.nodes[n].fn) for n in (group.source, *pass_.computes)]
             config = sorted(self.program.config.items(), key=repr)
             base = self._bases[(group.source, pass_.number)] = digest(
-                ["flowdata-pass", 4, _versions(), group.source, pass_.number, items_digest, count, code,
+                ["flowdata-pass", 5, _versions(), group.source, pass_.number, items_digest, count, code,
                  sorted(whole.items()), config, file_stats([list(whole.values()), [v for _, v in config]])]
             )
         parts = [

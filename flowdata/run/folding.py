@@ -209,6 +209,9 @@ class Folder:
         self.spec = spec
         self.on_bad = on_bad
         self.total = spec.fresh()
+        check = getattr(self.total, "check_samples", None)
+        if check is not None:  # options given by whole values, unknown when the graph was built
+            check()
         self._next = 0  # the next block to merge into the total
         self._covered = 0  # every sample index below this has been seen (or skipped)
         self._whole: dict[int, Any] = {}

@@ -167,16 +167,26 @@ class Range:
 
 
 class MinMax:
-    """Elementwise min and max over values of one shape (``dim`` reduces within a value)."""
+    """Minimum and maximum; ``dim`` as :class:`~flowdata.stats.Welford`'s: axes of the
+    stacked batch, axis 0 being the samples (``@reduce(MinMax, dim=0)``: elementwise
+    across samples; ``dim=None``: one overall minimum and maximum)."""
 
     def __init__(self, dim: int | Sequence[int] | None = None):
         from flowdata.stats.welford import Welford
 
         self._w = Welford(dim)
 
-    def update(self, value: Any) -> None:
-        """Folds one value in."""
-        self._w.update(value)
+    def update(self, batch: Any) -> None:
+        """Folds a batch in (axis 0: its samples)."""
+        self._w.update(batch)
+
+    def fold(self, values: Sequence[Any]) -> None:
+        """Folds samples (stacked along a new axis 0)."""
+        self._w.fold(values)
+
+    def check_samples(self) -> None:
+        """Raises unless ``dim`` reduces the sample axis (see ``Welford.check_samples``)."""
+        self._w.check_samples()
 
     def merge(self, other: MinMax) -> MinMax:
         """Folds another MinMax in; returns self."""

@@ -1,5 +1,12 @@
 """Welford: streaming mean, variance, min and max, mergeable by Chan's formula.
 
+``dim`` has one meaning everywhere: axes of a *batch* of values stacked along a new axis 0,
+the sample axis -- what ``torch.stack(values).mean(dim)`` reduces. ``Welford(dim).update(
+batch)`` reduces a batch you stacked; ``@reduce(Welford, dim=...)`` (:meth:`Welford.fold`)
+stacks each block of samples itself, so ``dim`` must include axis 0 there: per-feature
+statistics of ``[F]`` vectors are ``dim=0``, per-channel statistics of ``[C, H, W]``
+images ``dim=(0, 2, 3)``, and ``dim=None`` reduces everything.
+
 Every update reduces a batch over the axes in ``dim`` using the batch's own mean and sum
 of squared deviations (M2), never sums of squares, and merges it into the running state
 with Chan et al.'s parallel formula, all in float64. So ``[10000, 10001, 10002]`` gives the
@@ -78,10 +85,13 @@ class Welford:
     """Per-axis mean, std, var, min, max and count over a stream of batches.
 
     Args:
-        dim: Axes of each value passed to :meth:`update` to reduce over. ``None`` reduces
-            every axis (a scalar result); ``0`` gives per-feature statistics of ``[N, F]``
-            batches; ``(0, 2, 3)`` per-channel statistics of NCHW images; ``()`` reduces
-            nothing within a value, so statistics are per element across values.
+        dim: Axes of a batch to reduce over, axis 0 being the sample axis (for
+            :meth:`update`, the batch you pass; for :meth:`fold` and ``@reduce``, the
+            values stacked along a new axis 0). ``None`` reduces every axis (a scalar
+            result); ``0`` gives per-feature statistics of ``[N, F]`` batches, i.e. of
+            ``[F]`` samples; ``(0, 2, 3)`` per-channel statistics of NCHW batches, i.e. of
+            ``[C, H, W]`` images; ``()`` reduces nothing (only meaningful for
+            :meth:`update`).
         ddof: Delta degrees of freedom of ``var`` and ``std`` (0: population, 1: sample).
         nan: ``"propagate"`` (NaN in, NaN out), ``"ignore"`` (NaNs are skipped; counts
             become per position) or ``"raise"``.
@@ -125,7 +135,13 @@ class Welford:
         self._fold(b, axes)
 
     def fold(self, values: Sequence[Any]) -> None:
-        """Folds several values at once: stacked into one batch when their shapes agree."""
+        """Folds samples: the values stacked along a new axis 0, then reduced over ``dim``.
+
+        Values of one shape are stacked a few at a time; values whose shapes differ along
+        reduced axes (clips of different lengths) are folded one by one, each as a batch
+        of one. Raises :class:`StatsError` when ``dim`` keeps the sample axis.
+        """
+        self.check_samples()
         arrays = [as_array(v) for v in values]
         if not arrays:
             return
@@ -134,12 +150,23 @@ class Welford:
             # where one huge stack would cost a page fault per 4 kB. The grouping depends
             # only on the values' shape, so the arithmetic is the same in every process.
             step = max(1, _STACK_ELEMENTS // max(1, arrays[0].size))
-            axes = (0, *(a + 1 for a in self._axes(arrays[0].ndim)))
+            axes = self._axes(arrays[0].ndim + 1)
             for start in range(0, len(arrays), step):
                 self._fold(np.stack(arrays[start : start + step]), axes)
         else:
             for a in arrays:
-                self._fold(a, self._axes(a.ndim))
+                self._fold(a[np.newaxis], self._axes(a.ndim + 1))
+
+    def check_samples(self) -> None:
+        """Raises :class:`StatsError` unless ``dim`` reduces axis 0, the sample axis (what a
+        reduction over samples needs; ``@reduce`` calls this when the graph is built)."""
+        if self.dim is not None and not any(d == 0 for d in self.dim):
+            raise StatsError(
+                f"Welford(dim={self.dim}) keeps axis 0, the sample axis, so it cannot reduce samples: "
+                "dim names axes of the values stacked into a batch, axis 0 being the samples\n"
+                f"  fix: add 0 (dim={(0, *self.dim)!r}); per-feature statistics of [F] vectors are dim=0, "
+                "per-channel statistics of [C, H, W] images dim=(0, 2, 3)"
+            )
 
     def _fold(self, raw: np.ndarray, axes: tuple[int, ...]) -> None:
         kept = tuple(s for i, s in enumerate(raw.shape) if i not in axes)

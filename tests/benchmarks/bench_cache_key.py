@@ -8,7 +8,7 @@ Run from the repository root::
 
 The workload is ``stats_flow.py`` (bench_stats's section 2): ``--pngs`` (500) 64x64 RGB
 PNGs written once, a Parallel source of their sorted paths, a ``pixels`` node decoding
-each with PIL, and a per-channel ``@reduce(Welford, dim=(1, 2))``. Rows, each the best
+each with PIL, and a per-channel ``@reduce(Welford, dim=(0, 2, 3))``. Rows, each the best
 of ``--repeats`` (5) runs after a warm-up, run inline in a fresh interpreter per tree:
 
 - *no cache*: ``execute(["pixel_stats"])`` -- the pass alone;

@@ -41,7 +41,7 @@ RSS is printed apart. The Welford update row also counts minor page faults per b
 files (2,000; 500 with ``--quick``: gradients, noise and three ellipses each) are written
 once into a temporary folder. The workload (``stats_flow.py``) is a Parallel source of
 the sorted paths, a per-sample ``pixels`` node decoding with PIL into float32 CHW, and a
-``@reduce(Welford, dim=(1, 2))`` node (per-channel statistics). Rows:
+``@reduce(Welford, dim=(0, 2, 3))`` node (per-channel statistics). Rows:
 
 - *plain loop*: the same ``pixels`` function in a loop, ``np.stack`` and per-channel
   ``mean``/``std`` in float64 (materialises every decoded image);
@@ -279,9 +279,9 @@ def _welford_fold(args: argparse.Namespace) -> Measurement:
     base = bc.maxrss_mb()
 
     def work() -> Any:
-        total = Welford(dim=())
+        total = Welford(dim=0)
         for start in range(0, len(rows), BLOCK):
-            total.merge(fold_values(Welford(dim=()), rows[start : start + BLOCK]))
+            total.merge(fold_values(Welford(dim=0), rows[start : start + BLOCK]))
         return total.result()
 
     seconds, stats = bc.best_of(work, args.repeats)

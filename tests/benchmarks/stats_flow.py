@@ -3,7 +3,7 @@
 ``path`` is a Parallel source of the PNG files in ``folder`` (sorted, so the sample order
 is fixed); ``pixels`` decodes one with PIL into a float32 ``[3, H, W]`` array in
 ``[0, 1]``; ``pixel_stats`` is a reduction: flowdata folds the decoded images into a
-per-channel :class:`~flowdata.stats.Welford` inside the workers (``dim=(1, 2)`` reduces
+per-channel :class:`~flowdata.stats.Welford` inside the workers (``dim=(0, 2, 3)`` reduces
 height and width of each value; the sample axis is always reduced), so no decoded image
 travels back to the main process. ``pixel_count`` is the same pass without a reduction
 (a plain Collect node that counts), to show what folding costs.
@@ -33,7 +33,7 @@ def pixels(path: str) -> np.ndarray:
     return chw
 
 
-@reduce(Welford, dim=(1, 2))
+@reduce(Welford, dim=(0, 2, 3))
 def pixel_stats(pixels: Collect[np.ndarray]) -> Stats:
     """Per-channel mean, std, var, min, max and count over every pixel of every image."""
     raise AssertionError("the body of a reduction is not called")
