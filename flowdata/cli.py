@@ -22,7 +22,7 @@ from collections.abc import Sequence
 from types import ModuleType
 from typing import Any
 
-from flowdata.driver import Builder, compile_modules, load_module
+from flowdata.driver import Builder, compile_modules, inputs_like_nodes, load_module
 from flowdata.errors import FlowdataError, GraphError
 
 __all__ = ["main"]
@@ -93,13 +93,21 @@ def _check(args: argparse.Namespace) -> int:
     modules = _load(args.modules)
     compiled = compile_modules(modules, _pairs(args.config, "config"))
     problems = compiled.problems
+    warned = inputs_like_nodes(compiled.graph, _pairs(args.config, "config"))
     if args.format == "json":
-        print(json.dumps({"ok": not problems, "problems": [p.to_dict() for p in problems]}, indent=2))
+        print(json.dumps({"ok": not problems, "problems": [p.to_dict() for p in problems], "warnings": warned},
+                         indent=2))
     elif problems:
         print(GraphError(problems))
+        if warned:
+            print(f"\n{len(warned)} warning(s), perhaps the cause:")
+            for w in warned:
+                print(w)
     else:
         n = len(compiled.graph.nodes)
-        print(f"ok: {n} node{'s' if n != 1 else ''}, no problems")
+        print(f"ok: {n} node{'s' if n != 1 else ''}, no problems" + (f", {len(warned)} warning(s):" if warned else ""))
+        for w in warned:
+            print(w)
     return 1 if problems else 0
 
 

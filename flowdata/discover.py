@@ -48,15 +48,19 @@ def discover(
     problems: list[GraphProblem] = []
     for module in modules:
         for _, fn in find_functions(module):
-            missing = _missing_annotations(fn)
-            if missing:
-                problems.append(missing)
-                continue
+            # Hamilton's resolvers first: a function they remove (@hamilton_exclude, an
+            # unchosen @config.when) is not a node, and needs no annotations.
             try:
                 with _quiet_hamilton():
                     hnodes = _resolve(fn, dict(config))
             except Exception as exc:  # any modifier failure becomes a reported problem
-                problems.append(_modifier_problem(fn, exc))
+                problems.append(_missing_annotations(fn) or _modifier_problem(fn, exc))
+                continue
+            if not hnodes:
+                continue
+            missing = _missing_annotations(fn) or _unsupported(fn)
+            if missing:
+                problems.append(missing)
                 continue
             for hn in hnodes:
                 if hn.name in config:
@@ -166,6 +170,39 @@ def _missing_annotations(fn: Callable[..., Any]) -> GraphProblem | None:
         actual=f"{fn.__name__}{sig}",
         fix="annotate it, e.g. 'def f(x: int) -> float'",
     )
+
+
+def _unsupported(fn: Callable[..., Any]) -> GraphProblem | None:
+    """FD006 for ``async def`` nodes and FD007 for ``*args``/``**kwargs``: neither can be a node."""
+    file, line = function_location(fn)
+    if inspect.iscoroutinefunction(fn) or inspect.isasyncgenfunction(fn):
+        return GraphProblem(
+            code="FD006",
+            title="async-node",
+            message=f"function '{fn.__name__}' is an async def: flowdata calls nodes synchronously, "
+            "so it would hand back an un-awaited coroutine",
+            node=fn.__name__,
+            locations=(f"{file}:{line}",),
+            expected="a plain def",
+            actual=f"async def {fn.__name__}",
+            fix="make it a plain def; for concurrent I/O, run the requests inside it (asyncio.run(...)) "
+            "or let executor='processes' run samples in parallel",
+        )
+    sig = inspect.signature(fn)
+    variadic = [p for p in sig.parameters.values() if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
+    if variadic:
+        shown = ", ".join(("*" if p.kind is p.VAR_POSITIONAL else "**") + p.name for p in variadic)
+        return GraphProblem(
+            code="FD007",
+            title="variadic-parameters",
+            message=f"function '{fn.__name__}' takes {shown}: a node's parameters name the nodes it reads",
+            node=fn.__name__,
+            locations=(f"{file}:{line}",),
+            expected="named parameters only",
+            actual=f"{fn.__name__}{sig}",
+            fix="name each value it reads as a parameter, or make it a private helper (a leading '_')",
+        )
+    return None
 
 
 def _hamilton_marker(tp: Any) -> tuple[MarkerKind | None, Any]:

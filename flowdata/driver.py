@@ -14,7 +14,14 @@ from types import MappingProxyType, ModuleType
 from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
 from flowdata.discover import Program, discover, import_file, program_of
-from flowdata.errors import FlowdataError, GraphError, GraphProblem, InputError, UnreadInputWarning
+from flowdata.errors import (
+    FlowdataError,
+    GraphError,
+    GraphProblem,
+    InputError,
+    InputLikeNodeWarning,
+    UnreadInputWarning,
+)
 from flowdata.graph import Graph
 from flowdata.node import Node, Role
 from flowdata.plan import Analysis, Plan, analyze, make_plan
@@ -27,7 +34,8 @@ from flowdata.typecheck import check_edges, check_reductions
 if TYPE_CHECKING:
     from flowdata.loader import DataLoader, PassDataset, StreamDataset
 
-__all__ = ["Builder", "Driver", "UnreadInputWarning", "compile_modules", "load_module"]
+__all__ = ["Builder", "Driver", "InputLikeNodeWarning", "UnreadInputWarning", "compile_modules", "inputs_like_nodes",
+           "load_module"]
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -126,6 +134,51 @@ class Builder:
         return Driver(self._modules, self._config)
 
 
+def _warn_inputs_like_nodes(graph: Graph, config: Mapping[str, Any]) -> None:
+    """Warns about each input spelt almost like a node (see :func:`inputs_like_nodes`)."""
+    for message in inputs_like_nodes(graph, config):
+        warnings.warn(message, InputLikeNodeWarning, stacklevel=_user_stacklevel())
+
+
+def inputs_like_nodes(graph: Graph, config: Mapping[str, Any]) -> list[str]:
+    """FD401: inputs spelt almost like a node (``featurs`` for ``features``): the parameter
+    then silently reads an input instead of the node. ``flowdata check`` prints them;
+    ``build()`` warns (``InputLikeNodeWarning``)."""
+    names = list(graph.nodes)
+    found = []
+    for name, spec in graph.inputs.items():
+        if name in config or len(name) < 4:
+            continue
+        close = difflib.get_close_matches(name, names, n=1, cutoff=0.8)
+        if not close or _plural_pair(name, close[0]) or any(n.name == close[0] for n, _ in spec.readers):
+            continue  # 'url(urls)', a source reading its plural input, is the usual idiom
+        node = graph.nodes[close[0]]
+        readers = ", ".join(f"'{n.name}' ({n.location})" for n, _ in spec.readers)
+        found.append(
+            f"FD401 input-like-a-node: {readers} reads '{name}', which no node makes, so it is an input; "
+            f"did you mean node '{node.name}' ({node.location})?\n"
+            f"  fix: rename the parameter '{node.name}'; if an input is meant, give it a name no node has"
+        )
+    return found
+
+
+def _plural_pair(a: str, b: str) -> bool:
+    """``row``/``rows``, ``batch``/``batches``: one name is the other's plural."""
+    short, long = sorted((a, b), key=len)
+    return long in (short + "s", short + "es") or (short.endswith("y") and long == short[:-1] + "ies")
+
+
+def _user_stacklevel() -> int:
+    """The stacklevel of the first frame outside flowdata (the user's call)."""
+    import sys
+
+    here = os.path.dirname(os.path.abspath(__file__))
+    frame, level = sys._getframe(1), 1
+    while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(here):
+        frame, level = frame.f_back, level + 1  # type: ignore[assignment]
+    return level
+
+
 class Driver:
     """A compiled graph and the ways to run it.
 
@@ -137,6 +190,7 @@ class Driver:
         self.modules: tuple[ModuleType, ...] = tuple(modules)
         self.config: Mapping[str, Any] = MappingProxyType(dict(config or {}))
         compiled = compile_modules(self.modules, self.config)
+        _warn_inputs_like_nodes(compiled.graph, self.config)  # a typo is often what the problems come from
         if compiled.problems:
             raise GraphError(compiled.problems)
         self.graph: Graph = compiled.graph

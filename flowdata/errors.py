@@ -226,6 +226,10 @@ class UnreadInputWarning(UserWarning):
     """An ``inputs=`` key that no node reads (often a typo: the default was used instead)."""
 
 
+class InputLikeNodeWarning(UserWarning):
+    """A parameter spelt almost like a node, which makes it an input (often a typo)."""
+
+
 def short_repr(value: Any, limit: int = 120) -> str:
     """A repr cut to ``limit`` characters, safe on objects whose repr raises."""
     try:

@@ -17,6 +17,8 @@ into passes:
 
 from __future__ import annotations
 
+import collections.abc as cabc
+import inspect
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
@@ -49,6 +51,20 @@ class Analysis:
     def per_sample(self, name: str) -> bool:
         """True for per-sample nodes and sources (whose value, to a reader, is one item)."""
         return self.roles.get(name) in (Role.PER_SAMPLE, Role.SOURCE)
+
+
+def _generator_hint(producer: Node | None) -> str:
+    """The fix for a generator annotated ``Iterator[T]`` where a source was meant."""
+    if producer is None:
+        return ""
+    origin = getattr(producer.type, "__origin__", None)
+    iterator = origin in (cabc.Iterator, cabc.Generator, cabc.Iterable, cabc.AsyncIterator)
+    if not (iterator or inspect.isgeneratorfunction(producer.origin or producer.fn)):
+        return ""
+    args = getattr(producer.type, "__args__", None) or ("T",)
+    item = type_name(args[0]) if not isinstance(args[0], str) else args[0]
+    return (f"'{producer.name}' yields items: to make each one a sample, annotate it '-> Parallel[{item}]' "
+            f"(or Sequential[{item}]) instead of '-> {type_name(producer.type)}'")
 
 
 def _problem(code: str, title: str, node: Node, message: str, fix: str, *others: Node,
@@ -99,8 +115,8 @@ def analyze(graph: Graph) -> Analysis:
                         "FD202", "collect-outside-group", node,
                         f"'{name}' collects '{p.name}', but '{p.name}' is {what}: "
                         "it has one value, not one per sample",
-                        f"take '{p.name}: {type_name(p.type)}' without Collect, or collect a "
-                        "per-sample node of a group",
+                        _generator_hint(producer) or f"take '{p.name}: {type_name(p.type)}' without Collect, "
+                        "or collect a per-sample node of a group",
                         *([producer] if producer else []),
                         expected=f"'{p.name}' computed once per sample (inside a group)",
                         actual=f"'{p.name}' computed once per call",
@@ -128,6 +144,15 @@ def analyze(graph: Graph) -> Analysis:
                 *(graph.nodes[g] for g in per_sample),
                 expected="per-sample values of one group",
                 actual=f"groups {', '.join(repr(g) for g in per_sample)}",
+            ))
+        if node.source is not None and uses_builtin:
+            problems.append(_problem(
+                "FD208", "source-reads-builtin", node,
+                f"source '{name}' reads {', '.join(repr(b) for b in uses_builtin)}, which exists only per "
+                f"sample, once '{name}' has yielded it",
+                "number the items inside the source (enumerate), or read the builtin in a per-sample node",
+                expected="a source reading inputs, once values and Collect results",
+                actual=f"parameters {', '.join(repr(b) for b in uses_builtin)}",
             ))
         if node.source is not None:
             roles[name] = Role.SOURCE
@@ -298,16 +323,29 @@ def make_plan(
     outputs = tuple(dict.fromkeys(outputs))
     _check_outputs(graph, analysis, outputs, inputs, overrides, allow_per_sample)
     needed = _needed(graph, outputs, overrides)
+    # An input is missing when a reader this call needs has no default for it (a reader
+    # the call does not need, default or not, does not count).
     missing = sorted(
         name
         for name, spec in graph.inputs.items()
-        if name not in inputs and not spec.optional and any(n.name in needed for n, _ in spec.readers)
+        if name not in inputs and any(n.name in needed and not p.optional for n, p in spec.readers)
     )
     if missing and check_inputs:
+        import difflib
+
         lines = []
+        unread = [k for k in inputs if k not in graph.inputs and k not in graph.nodes]
         for name in missing:
-            readers = [f"{n.name} ({n.location})" for n, _ in graph.inputs[name].readers if n.name in needed]
-            lines.append(f"  '{name}': read by {', '.join(readers)}")
+            readers = [f"{n.name} ({n.location})" for n, p in graph.inputs[name].readers
+                       if n.name in needed and not p.optional]  # those with no default for it
+            line = f"  '{name}': read by {', '.join(readers)}"
+            given = difflib.get_close_matches(name, unread, n=1)
+            node = difflib.get_close_matches(name, list(graph.nodes), n=1, cutoff=0.8)
+            if given:
+                line += f" (did you mean the input '{given[0]}' you gave?)"
+            elif node:
+                line += f" (did you mean node '{node[0]}'? a parameter spelt like no node is an input)"
+            lines.append(line)
         raise InputError(
             f"missing input{'s' if len(missing) > 1 else ''} {', '.join(repr(m) for m in missing)}:\n"
             + "\n".join(lines)

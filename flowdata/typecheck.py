@@ -195,6 +195,8 @@ def check_edges(graph: Graph, per_sample: Callable[[str], bool]) -> list[GraphPr
                     )
                 )
                 continue
+            if p.collect and producer.source is None and get_origin(producer.type) in _ITERATORS:
+                continue  # a generator that was meant as a source: FD202 says so, once
             produced = type_name(producer.type)
             problems.append(
                 GraphProblem(
@@ -243,6 +245,9 @@ def _input_conflicts(graph: Graph) -> list[GraphProblem]:
                 )
                 break
     return problems
+
+
+_ITERATORS = (cabc.Iterator, cabc.Generator, cabc.Iterable)
 
 
 def _keeps_samples(name: str, node: Node) -> GraphProblem | None:

@@ -13,6 +13,7 @@ metadata carries the marker for flowdata to read at run time.
 from __future__ import annotations
 
 import types
+import sys
 import typing
 from collections.abc import Iterable
 from typing import Annotated, Any, Final, Literal, TypeAlias, TypeVar, Union, get_args, get_origin
@@ -134,7 +135,20 @@ def type_name(tp: Any) -> str:
             return tp.__qualname__
         if mod.startswith("collections.abc") or mod == "typing":
             return tp.__qualname__
-        return f"{mod.split('.')[0]}.{tp.__qualname__}"
+        return f"{_public_module(tp)}.{tp.__qualname__}"
     if isinstance(tp, typing.TypeVar):
         return tp.__name__
     return str(tp).replace("typing.", "")
+
+
+def _public_module(tp: type) -> str:
+    """The shortest module path a class can be imported from: ``torch`` for
+    ``torch.Tensor``, ``flowdata.stats`` for ``flowdata.stats.Stats`` (defined in
+    ``flowdata.stats.welford``). Read from the modules' namespaces, never importing."""
+    parts = tp.__module__.split(".")
+    for i in range(1, len(parts) + 1):
+        module = sys.modules.get(".".join(parts[:i]))
+        if module is not None and vars(module).get(tp.__qualname__) is tp:
+            return ".".join(parts[:i])
+    return tp.__module__
+

@@ -171,7 +171,7 @@ def test_pass_two_runs_after_pass_one_automatically(flow: tuple[fd.Driver, Any])
 
 
 def test_reducer_result_type_checked_at_build(build: Callable[..., fd.Driver]) -> None:
-    with pytest.raises(fd.GraphError, match=r"FD301 reducer-result-mismatch: 'stats' returns float, but its reducer Welford.result\(\) gives flowdata.Stats"):
+    with pytest.raises(fd.GraphError, match=r"FD301 reducer-result-mismatch: 'stats' returns float, but its reducer Welford.result\(\) gives flowdata\.stats\.Stats"):
         build("""
         from flowdata import Collect, Parallel, reduce
         from flowdata.stats import Welford
