@@ -108,9 +108,12 @@ def test_identical_batches_for_any_number_of_workers(dr: fd.Driver) -> None:
 def test_set_epoch_changes_shuffle_and_rng(dr: fd.Driver) -> None:
     loader = dr.dataloader(["augmented", "path"], inputs={"n": 40}, batch_size=40, shuffle=True, seed=1)
     e0 = _collect(loader)[0]
+    e1 = _collect(loader)[0]  # iterated again after a complete epoch: epoch 1, as set_epoch(1) gives
+    assert loader.epoch == 1
+    loader.set_epoch(0)
     again = _collect(loader)[0]
     loader.set_epoch(1)
-    e1 = _collect(loader)[0]
+    assert _collect(loader)[0]["path"] == e1["path"]
     assert e0["path"] == again["path"] and torch.equal(e0["augmented"], again["augmented"])
     assert e0["path"] != e1["path"] and sorted(e0["path"]) == sorted(e1["path"])
     by_path0 = dict(zip(e0["path"], e0["augmented"], strict=True))
@@ -180,7 +183,8 @@ def test_resume_gives_exactly_the_remaining_batches(dr: fd.Driver, before: int, 
     rest = _collect(resumed)
     assert _same(head + rest, expected)
     assert resumed.epoch == 2
-    assert _same(_collect(resumed), expected)  # the next pass over the epoch starts at batch 0
+    resumed.set_epoch(2)
+    assert _same(_collect(resumed), expected)  # selected again, the epoch starts at batch 0
 
 
 def test_resume_refuses_a_different_loader(dr: fd.Driver) -> None:

@@ -20,7 +20,7 @@ from torch.utils.data import DataLoader as TorchDataLoader
 
 from flowdata.errors import FlowdataError, describe
 from flowdata.loader.datasets import BatchView
-from flowdata.loader.order import EpochBatches
+from flowdata.loader.order import EpochBatches, EpochSampler
 from flowdata.loader.wire import Batch
 from flowdata.report import Report
 from flowdata.run.deadline import SampleTimeout, Stuck, Watch
@@ -117,6 +117,11 @@ class DataLoader(TorchDataLoader):  # type: ignore[type-arg]
             generator=torch.Generator().manual_seed(seed),
         )
         self.flow_sampler = sampler
+        if sampler is not None:
+            # What frameworks drive: Lightning calls loader.sampler.set_epoch (and
+            # batch_sampler.sampler's) every epoch, and keeps a DistributedSampler.
+            self._flow_sampler_view = EpochSampler(sampler, weakref.WeakMethod(self.set_epoch))
+            sampler.sampler = self._flow_sampler_view
         self.seed = seed
         self.stats: dict[str, Any] = dict(stats or {})
         self.recorder = recorder if recorder is not None else Recorder(Report())
@@ -132,11 +137,27 @@ class DataLoader(TorchDataLoader):  # type: ignore[type-arg]
         """Whether the loader streams its source (an ``IterableDataset``) rather than indexing it."""
         return self.flow_sampler is None
 
+    _flow_sampler_view: EpochSampler | None = None
+    _torch_sampler: Any = None
+
+    @property
+    def sampler(self) -> Any:
+        """This rank's samples of the current epoch (an :class:`~flowdata.loader.order.EpochSampler`,
+        a ``DistributedSampler`` whose ``set_epoch`` is the loader's), or torch's sampler
+        of a streaming loader."""
+        return self._flow_sampler_view if self._flow_sampler_view is not None else self._torch_sampler
+
+    @sampler.setter
+    def sampler(self, value: Any) -> None:  # torch's __init__ sets it
+        self._torch_sampler = value
+
     def set_epoch(self, epoch: int) -> None:
         """Selects the epoch: it changes the shuffle and every ``sample_rng``.
 
         Selecting the epoch a ``load_state_dict()`` restored keeps its position, so the
         usual loop (``set_epoch(e)`` at the start of every epoch) resumes where it stopped.
+        Without ``set_epoch``, iterating the loader again after a complete epoch starts the
+        next epoch (a new shuffle, as torch's ``shuffle=True`` gives).
         """
         if int(epoch) == self._epoch and self._resume_at:
             return
@@ -165,6 +186,8 @@ class DataLoader(TorchDataLoader):  # type: ignore[type-arg]
         return len(self.flow_sampler)
 
     def __iter__(self) -> Iterator[Any]:  # type: ignore[override]
+        if self._finished and not self._resume_at:
+            self._epoch += 1  # iterated again after a complete epoch: the next one
         start, self._resume_at = self._resume_at, 0
         self._finished = False
         self._start_at(start)

@@ -18,11 +18,12 @@ from typing import Any
 
 import torch
 from torch.utils.data import Sampler
+from torch.utils.data.distributed import DistributedSampler
 
 from flowdata.errors import FlowdataError
 from flowdata.sample import sample_seed
 
-__all__ = ["EpochBatches", "stream_batches"]
+__all__ = ["EpochBatches", "EpochSampler", "stream_batches"]
 
 
 class EpochIndices(list[int]):
@@ -68,6 +69,7 @@ class EpochBatches(Sampler[list[int]]):
         self.drop_last = drop_last
         self.epoch = 0
         self.start = 0  # first batch of the next iteration (resume)
+        self.sampler: EpochSampler | None = None  # the sampler view frameworks drive (set by the loader)
 
     def _mine(self) -> torch.Tensor:
         order = self.indices
@@ -106,6 +108,54 @@ class EpochBatches(Sampler[list[int]]):
             out = EpochIndices(batch)
             out.epoch = self.epoch
             yield out
+
+
+class EpochSampler(DistributedSampler):  # type: ignore[type-arg]
+    """This rank's samples of the current epoch, as a sampler: what ``loader.sampler`` is.
+
+    Training frameworks look for a sampler to drive: Lightning calls ``set_epoch(epoch)``
+    on ``loader.sampler`` (and ``loader.batch_sampler.sampler``) at every epoch, and, with
+    several devices, replaces a sampler that is not a ``DistributedSampler`` by one. This
+    one *is* a ``DistributedSampler`` (flowdata already deals every sample to exactly one
+    rank), so it is kept, and its ``set_epoch`` selects the loader's epoch, as
+    ``loader.set_epoch`` does. Iterating it gives the sample indices of this rank's epoch in
+    batch order.
+    """
+
+    def __init__(self, batches: EpochBatches, on_set_epoch: Any = None):
+        # DistributedSampler's own state is not used; set what its readers may look at.
+        self.batches = batches
+        self.on_set_epoch = on_set_epoch  # a weak reference to the loader's set_epoch
+        self.dataset: Any = batches.indices
+        self.shuffle = batches.shuffle
+        self.seed = batches.seed
+        self.drop_last = batches.drop_last
+
+    @property
+    def num_replicas(self) -> int:  # type: ignore[override]
+        return self.batches.world_size
+
+    @property
+    def rank(self) -> int:  # type: ignore[override]
+        return self.batches.rank
+
+    @property
+    def epoch(self) -> int:  # type: ignore[override]
+        return self.batches.epoch
+
+    def set_epoch(self, epoch: int) -> None:
+        """Selects the epoch (the loader's ``set_epoch``)."""
+        target = self.on_set_epoch() if self.on_set_epoch is not None else None
+        if target is not None:
+            target(epoch)
+        else:
+            self.batches.epoch = int(epoch)
+
+    def __iter__(self) -> Iterator[int]:
+        return (i for batch in self.batches.batches() for i in batch)
+
+    def __len__(self) -> int:
+        return sum(len(b) for b in self.batches.batches())
 
 
 def stream_batches(

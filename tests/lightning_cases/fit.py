@@ -1,0 +1,59 @@
+"""A Lightning run over a flowdata loader, as a script (Lightning's DDP launcher runs the
+script again for every rank). Prints ``RESULT <rank> <json of the samples seen per epoch>``.
+
+    python fit.py DEVICES STRATEGY NUM_WORKERS
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import warnings
+from typing import Any
+
+import lightning as L
+import torch
+
+import flowdata as fd
+from flowdata import Parallel
+
+
+def item(n: int) -> Parallel[int]:
+    yield from range(n)
+
+
+def x(item: int) -> torch.Tensor:
+    return torch.tensor([float(item)])
+
+
+class Model(L.LightningModule):
+    """Records which samples each epoch trains on."""
+
+    def __init__(self, workers: int) -> None:
+        super().__init__()
+        self.lin = torch.nn.Linear(1, 1)
+        self.workers = workers
+        self.seen: dict[int, list[int]] = {}
+
+    def training_step(self, batch: dict[str, Any], index: int) -> torch.Tensor:
+        self.seen.setdefault(self.current_epoch, []).extend(batch["item"].tolist())
+        out: torch.Tensor = self.lin(batch["x"]).pow(2).mean()
+        return out
+
+    def configure_optimizers(self) -> torch.optim.Optimizer:
+        return torch.optim.SGD(self.parameters(), lr=0.01)
+
+    def train_dataloader(self) -> fd.DataLoader:
+        dr = fd.Builder().with_modules(sys.modules[__name__]).build()
+        return dr.dataloader(["item", "x"], inputs={"n": 22}, batch_size=4, shuffle=True, seed=3,
+                             num_workers=self.workers)
+
+
+if __name__ == "__main__":
+    warnings.filterwarnings("ignore")
+    devices, strategy, workers = int(sys.argv[1]), sys.argv[2], int(sys.argv[3])
+    model = Model(workers)
+    trainer = L.Trainer(max_epochs=3, accelerator="cpu", devices=devices, strategy=strategy, logger=False,
+                        enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False)
+    trainer.fit(model)
+    print("RESULT", trainer.global_rank, json.dumps(model.seen), flush=True)
