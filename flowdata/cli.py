@@ -5,20 +5,36 @@
     flowdata check MODULE... [--config k=v ...] [--format text|json]
     flowdata run MODULE... --outputs a,b [--input k=v ...] [--config k=v ...]
                  [--executor inline|processes] [--format text|json]
+    flowdata plan MODULE... --outputs a,b [--input k=v ...] [--config k=v ...]
+    flowdata sample MODULE... --outputs a,b [--index N] [--input k=v ...] [--config k=v ...]
+                 [--format text|json]
     flowdata viz MODULE... [-o dag.svg] [--outputs a,b] [--config k=v ...]
                  [--orient LR|TB] [--no-types] [--mermaid]
+    flowdata --version
 
-MODULE is a dotted module name or a path to a ``.py`` file. Values given as ``k=v`` are
-read as JSON when they parse (``n=10`` is an int, ``xs=[1,2]`` a list) and as strings
-otherwise. ``check`` exits 0 on a clean graph and 1 listing every problem, like a linter.
+MODULE is a dotted module name, a path to a ``.py`` file, a folder (its ``.py`` files,
+recursively, leaving out ``_*`` and ``test_*`` files) or a glob pattern. Values given as
+``k=v`` are read by the annotation of the parameters that read them: an ``int`` parameter
+takes ``n=10`` and refuses ``n=true`` or ``n=1.5``, a ``str`` parameter keeps ``name=10`` as
+the text ``"10"``, and other types are read as JSON when they parse (``xs=[1,2]`` a list),
+else as text. ``check`` exits 0 on a clean graph and 1 listing every problem, like a
+linter. Every failure is one line on stderr and a non-zero exit (1: the graph or the call
+failed; 2: a module could not be loaded or an argument is wrong); a closed pipe (``| head``)
+ends the command quietly. ``FLOWDATA_TRACEBACK=1`` adds the Python traceback.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import glob
 import json
+import math
+import os
 import sys
-from collections.abc import Sequence
+import traceback
+import warnings
+from collections.abc import Mapping, Sequence
 from types import ModuleType
 from typing import Any
 
@@ -36,7 +52,7 @@ def _pairs(items: Sequence[str] | None, what: str) -> dict[str, Any]:
     for item in items or ():
         key, sep, raw = item.partition("=")
         if not sep or not key:
-            raise SystemExit(f"flowdata: --{what} expects key=value, got {item!r}")
+            raise _UsageError(f"--{what} expects key=value, got {item!r}")
         if raw in _PYTHON_WORDS:  # True/False/None as Python writes them, not only JSON's
             out[key] = _PYTHON_WORDS[raw]
             continue
@@ -47,8 +63,68 @@ def _pairs(items: Sequence[str] | None, what: str) -> dict[str, Any]:
     return out
 
 
+def _typed(values: dict[str, Any], raw: Sequence[str] | None, graph: Any) -> dict[str, Any]:
+    """``--input`` values read by the annotations of the parameters that read them."""
+    texts = {k: v for k, _, v in (item.partition("=") for item in raw or ())}
+    out = dict(values)
+    for key, value in values.items():
+        spec = graph.inputs.get(key)
+        if spec is None:
+            continue
+        types = {p.type for _, p in spec.readers}
+        if types == {str}:
+            out[key] = texts[key]  # a str parameter keeps the text as typed
+        elif types == {int} and (isinstance(value, bool) or not isinstance(value, int)):
+            raise _UsageError(f"--input {key}={texts[key]}: '{key}' is an int parameter, so it needs a whole number")
+        elif types == {float} and (isinstance(value, bool) or not isinstance(value, (int, float))):
+            raise _UsageError(f"--input {key}={texts[key]}: '{key}' is a float parameter, so it needs a number")
+        elif types == {float}:
+            out[key] = float(value)
+        elif types == {bool} and not isinstance(value, bool):
+            raise _UsageError(f"--input {key}={texts[key]}: '{key}' is a bool parameter: give true or false")
+    return out
+
+
+def _jsonable(value: Any) -> Any:
+    """A value as valid JSON: NaN and inf as null, tensors and arrays as lists, ``Stats``,
+    ``Vocab`` and other dataclasses as objects, anything else as its repr."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if value is None or isinstance(value, (bool, int, str)):
+        return value
+    if isinstance(value, Mapping):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    if hasattr(value, "tolist") and callable(value.tolist):  # tensors, arrays, numpy scalars
+        return _jsonable(value.tolist())
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        # The fields that make the value (a derived lookup such as Vocab.index is left out).
+        return {f.name: _jsonable(getattr(value, f.name)) for f in dataclasses.fields(value) if f.init}
+    return repr(value)
+
+
+def _print_values(values: Mapping[str, Any], fmt: str) -> None:
+    if fmt == "json":
+        print(json.dumps(_jsonable(values), indent=2, allow_nan=False))
+        return
+    width = max((len(k) for k in values), default=0)
+    for key, value in values.items():
+        print(f"{key:<{width}}  {value!r}")
+
+
+def _outputs(text: str) -> list[str]:
+    outputs = [o.strip() for o in text.split(",") if o.strip()]
+    if not outputs:
+        raise _UsageError("--outputs needs at least one node name, e.g. --outputs total,mean")
+    return outputs
+
+
 def _parser() -> argparse.ArgumentParser:
+    from flowdata import __version__
+
     parser = argparse.ArgumentParser(prog="flowdata", description="Typed dataflows for ML data pipelines.")
+    parser.add_argument("--version", action="version", version=f"flowdata {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
 
     check = sub.add_parser("check", help="type-check modules and list every problem")
@@ -64,6 +140,20 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--executor", choices=("inline", "processes"), default="inline")
     run.add_argument("--format", choices=("text", "json"), default="text")
 
+    plan = sub.add_parser("plan", help="print the plan of a call: passes, groups, what each computes")
+    plan.add_argument("modules", nargs="+", metavar="MODULE")
+    plan.add_argument("--outputs", required=True, help="comma-separated node names")
+    plan.add_argument("--input", action="append", metavar="K=V", help="input value (repeatable)")
+    plan.add_argument("--config", action="append", metavar="K=V", help="config entry (repeatable)")
+
+    sample = sub.add_parser("sample", help="run one sample through its group and print its values")
+    sample.add_argument("modules", nargs="+", metavar="MODULE")
+    sample.add_argument("--outputs", required=True, help="comma-separated per-sample node names of one group")
+    sample.add_argument("--index", type=int, default=0, help="the sample index (default 0)")
+    sample.add_argument("--input", action="append", metavar="K=V", help="input value (repeatable)")
+    sample.add_argument("--config", action="append", metavar="K=V", help="config entry (repeatable)")
+    sample.add_argument("--format", choices=("text", "json"), default="text")
+
     viz = sub.add_parser("viz", help="draw the graph (DOT, SVG, PNG, PDF or Mermaid)")
     viz.add_argument("modules", nargs="+", metavar="MODULE")
     viz.add_argument("-o", "--output", help="file to render (format from its suffix); prints DOT when left out")
@@ -75,9 +165,32 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _expand(names: Sequence[str]) -> list[str]:
+    """Module names and files, with folders and glob patterns expanded to their files."""
+    out: list[str] = []
+    for name in names:
+        if os.path.isdir(name):
+            found = sorted(
+                os.path.join(root, f) for root, dirs, files in os.walk(name) for f in files
+                if f.endswith(".py") and not f.startswith(("_", "test_"))
+                and not any(part.startswith(".") for part in os.path.relpath(root, name).split(os.sep) if part != ".")
+            )
+            if not found:
+                raise _ModuleLoadError(f"folder {name!r} holds no module (.py file)")
+            out.extend(found)
+        elif any(c in name for c in "*?["):
+            found = sorted(glob.glob(name, recursive=True))
+            if not found:
+                raise _ModuleLoadError(f"no file matches {name!r}")
+            out.extend(found)
+        else:
+            out.append(name)
+    return out
+
+
 def _load(names: Sequence[str]) -> list[ModuleType]:
     modules = []
-    for name in names:
+    for name in _expand(names):
         try:
             modules.append(load_module(name))
         except Exception as exc:  # whatever the module raises while importing
@@ -86,6 +199,10 @@ def _load(names: Sequence[str]) -> list[ModuleType]:
 
 
 class _ModuleLoadError(Exception):
+    pass
+
+
+class _UsageError(Exception):
     pass
 
 
@@ -111,23 +228,45 @@ def _check(args: argparse.Namespace) -> int:
     return 1 if problems else 0
 
 
+def _driver(args: argparse.Namespace) -> Any:
+    return Builder().with_modules(*_load(args.modules)).with_config(_pairs(args.config, "config")).build()
+
+
 def _run(args: argparse.Namespace) -> int:
-    outputs = [o.strip() for o in args.outputs.split(",") if o.strip()]
-    if not outputs:
-        raise SystemExit("flowdata: --outputs needs at least one node name, e.g. --outputs total,mean")
-    driver = Builder().with_modules(*_load(args.modules)).with_config(_pairs(args.config, "config")).build()
-    result = driver.execute(outputs, inputs=_pairs(args.input, "input"), executor=args.executor)
-    if args.format == "json":
-        print(json.dumps(result, indent=2, default=repr))
-    else:
-        width = max(len(k) for k in result)
-        for key, value in result.items():
-            print(f"{key:<{width}}  {value!r}")
+    outputs = _outputs(args.outputs)
+    driver = _driver(args)
+    inputs = _typed(_pairs(args.input, "input"), args.input, driver.graph)
+    _print_values(driver.execute(outputs, inputs=inputs, executor=args.executor), args.format)
     return 0
 
 
+def _plan(args: argparse.Namespace) -> int:
+    outputs = _outputs(args.outputs)
+    driver = _driver(args)
+    print(driver.plan(outputs, _typed(_pairs(args.input, "input"), args.input, driver.graph)))
+    return 0
+
+
+def _sample(args: argparse.Namespace) -> int:
+    outputs = _outputs(args.outputs)
+    driver = _driver(args)
+    inputs = _typed(_pairs(args.input, "input"), args.input, driver.graph)
+    _print_values(driver.run_sample(outputs, index=args.index, inputs=inputs), args.format)
+    return 0
+
+
+_PICTURES = ("svg", "png", "pdf", "dot", "gv", "jpg", "jpeg", "gif", "ps", "eps", "json")
+
+
 def _viz(args: argparse.Namespace) -> int:
-    driver = Builder().with_modules(*_load(args.modules)).with_config(_pairs(args.config, "config")).build()
+    if args.output:
+        suffix = os.path.splitext(args.output)[1].lstrip(".").lower()
+        if suffix not in _PICTURES:
+            raise _UsageError(
+                f"-o {args.output}: unknown picture format {suffix or '(no suffix)'!r}; "
+                f"use one of {', '.join('.' + s for s in _PICTURES[:5])}, or --mermaid"
+            )
+    driver = _driver(args)
     outputs = [o.strip() for o in args.outputs.split(",") if o.strip()] if args.outputs else None
     if args.mermaid:
         print(driver.to_mermaid(outputs, orient=args.orient), end="")
@@ -140,17 +279,38 @@ def _viz(args: argparse.Namespace) -> int:
     return 0
 
 
+def _show_warning(message: Warning | str, category: type[Warning], filename: str, lineno: int,
+                  file: Any = None, line: str | None = None) -> None:
+    """A warning as one message, ``flowdata: <Category>: <message>`` (the line it was raised
+    at is flowdata's own, not yours)."""
+    print(f"flowdata: {category.__name__}: {message}", file=sys.stderr)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point; returns the exit status."""
     args = _parser().parse_args(argv)
+    commands = {"check": _check, "run": _run, "plan": _plan, "sample": _sample, "viz": _viz}
     try:
-        return {"check": _check, "run": _run, "viz": _viz}[args.command](args)
-    except FlowdataError as exc:
-        print(f"flowdata: {type(exc).__name__}: {exc}", file=sys.stderr)
-        return 1
-    except _ModuleLoadError as exc:
+        try:
+            with warnings.catch_warnings():
+                warnings.showwarning = _show_warning
+                return commands[args.command](args)
+        finally:
+            sys.stdout.flush()  # a closed pipe shows here, inside the handlers below
+    except BrokenPipeError:
+        # The reader went away (| head): stop quietly, as other command-line tools do.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 141
+    except (_ModuleLoadError, _UsageError) as exc:
         print(f"flowdata: {exc}", file=sys.stderr)
         return 2
+    except Exception as exc:  # FlowdataError and anything a user's module raises: one message
+        name = type(exc).__name__ if isinstance(exc, FlowdataError) else f"{type(exc).__name__} (not flowdata's)"
+        print(f"flowdata: {name}: {exc}", file=sys.stderr)
+        if os.environ.get("FLOWDATA_TRACEBACK"):
+            traceback.print_exception(exc)
+        return 1
 
 
 if __name__ == "__main__":  # pragma: no cover

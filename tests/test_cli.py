@@ -83,9 +83,9 @@ def test_python_dash_m() -> None:
     assert result.returncode == 0 and json.loads(result.stdout)["ok"] is True
 
 
-def test_bad_key_value() -> None:
-    with pytest.raises(SystemExit, match=r"--input expects key=value, got 'oops'"):
-        main(["run", "flowdata_modules.example", "--outputs", "count", "--input", "oops"])
+def test_bad_key_value(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["run", "flowdata_modules.example", "--outputs", "count", "--input", "oops"]) == 2
+    assert capsys.readouterr().err == "flowdata: --input expects key=value, got 'oops'\n"
 
 
 def test_unimportable_module(capsys: pytest.CaptureFixture[str]) -> None:
@@ -108,9 +108,9 @@ def test_module_raising_at_import(tmp_path: Path, capsys: pytest.CaptureFixture[
     assert "raises_flow.py': RuntimeError: no config file" in capsys.readouterr().err
 
 
-def test_empty_outputs() -> None:
-    with pytest.raises(SystemExit, match=r"--outputs needs at least one node name"):
-        main(["run", "flowdata_modules.example", "--outputs", ","])
+def test_empty_outputs(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["run", "flowdata_modules.example", "--outputs", ","]) == 2
+    assert "flowdata: --outputs needs at least one node name" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize(("raw", "chosen"), [("True", "on"), ("true", "on"), ("False", "off"), ("None", "off")])
@@ -125,3 +125,114 @@ def test_python_booleans_in_config(tmp_path: Path, capsys: pytest.CaptureFixture
     )
     assert main(["run", str(mod), "--outputs", "out", "--input", "x=1", "--config", f"flag={raw}"]) == 0
     assert capsys.readouterr().out.split() == ["out", repr(chosen)]
+
+
+FLOW = """
+import math
+import numpy as np
+from flowdata import Collect, Parallel, reduce
+from flowdata.stats import Stats, Vocab, Vocabulary, Welford
+
+def item(n: int) -> Parallel[int]:
+    yield from range(n)
+
+def value(item: int, scale: float = 1.0) -> np.ndarray:
+    return np.array([item * scale, 1.0])
+
+def word(item: int, prefix: str = "w") -> str:
+    return f"{prefix}{item % 2}"
+
+@reduce(Welford, dim=0)
+def stats(value: Collect[np.ndarray]) -> Stats: ...
+
+@reduce(Vocabulary)
+def vocab(word: Collect[str]) -> Vocab: ...
+
+def nothing(n: int) -> float:
+    return math.nan
+"""
+
+
+@pytest.fixture()
+def flow(tmp_path: Path) -> Path:
+    path = tmp_path / "cli_flow.py"
+    path.write_text(FLOW)
+    return path
+
+
+def test_json_is_valid_with_nan_and_structured_values(flow: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["run", str(flow), "--outputs", "stats,vocab,nothing", "--input", "n=4", "--format", "json"]) == 0
+    out = json.loads(capsys.readouterr().out)  # NaN would not parse: it is null
+    assert out["nothing"] is None
+    assert out["stats"]["mean"] == [1.5, 1.0] and out["stats"]["count"] == [4, 4]
+    assert out["vocab"] == {"tokens": ["w0", "w1"], "counts": [2, 2]}
+
+
+@pytest.mark.parametrize(("given", "message"), [
+    ("n=true", "--input n=true: 'n' is an int parameter, so it needs a whole number"),
+    ("n=1.5", "--input n=1.5: 'n' is an int parameter, so it needs a whole number"),
+    ("scale=abc", "--input scale=abc: 'scale' is a float parameter, so it needs a number"),
+])
+def test_inputs_are_read_by_their_annotation(flow: Path, capsys: pytest.CaptureFixture[str], given: str,
+                                             message: str) -> None:
+    assert main(["run", str(flow), "--outputs", "stats", "--input", "n=2", "--input", given]) == 2
+    assert capsys.readouterr().err == f"flowdata: {message}\n"
+
+
+def test_a_str_parameter_keeps_the_text(flow: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["run", str(flow), "--outputs", "vocab", "--input", "n=2", "--input", "prefix=10",
+                 "--format", "json"]) == 0
+    assert json.loads(capsys.readouterr().out)["vocab"]["tokens"] == ["100", "101"]
+
+
+def test_plan_and_sample_commands(flow: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["plan", str(flow), "--outputs", "stats", "--input", "n=3"]) == 0
+    assert capsys.readouterr().out.startswith("plan for stats")
+    assert main(["sample", str(flow), "--outputs", "value,word", "--index", "3", "--input", "n=5",
+                 "--format", "json"]) == 0
+    assert json.loads(capsys.readouterr().out) == {"value": [3.0, 1.0], "word": "w1"}
+
+
+def test_version(capsys: pytest.CaptureFixture[str]) -> None:
+    import flowdata
+
+    with pytest.raises(SystemExit) as done:
+        main(["--version"])
+    assert done.value.code == 0 and capsys.readouterr().out == f"flowdata {flowdata.__version__}\n"
+
+
+def test_check_a_folder_and_a_glob(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "src").mkdir()
+    (tmp_path / "src" / "first.py").write_text("def a(n: int) -> int:\n    return n\n")
+    (tmp_path / "src" / "second.py").write_text("def b(a: int) -> int:\n    return a\n")
+    (tmp_path / "src" / "test_first.py").write_text("def test_a() -> None:\n    pass\n")
+    assert main(["check", str(tmp_path / "src")]) == 0
+    assert capsys.readouterr().out.strip() == "ok: 2 nodes, no problems"
+    assert main(["check", str(tmp_path / "src" / "*.py")]) == 0
+    assert capsys.readouterr().out.strip() == "ok: 3 nodes, no problems"  # a glob takes test_first.py too
+    assert main(["check", str(tmp_path / "empty*")]) == 2
+    assert capsys.readouterr().err.endswith(f"flowdata: no file matches '{tmp_path / 'empty*'}'\n")
+
+
+def test_an_unknown_picture_format(flow: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["viz", str(flow), "-o", "x.xyz"]) == 2
+    assert capsys.readouterr().err == (
+        "flowdata: -o x.xyz: unknown picture format 'xyz'; use one of .svg, .png, .pdf, .dot, .gv, or --mermaid\n")
+
+
+def test_a_closed_pipe_ends_quietly(flow: Path) -> None:
+    proc = subprocess.Popen([sys.executable, "-m", "flowdata", "viz", str(flow)], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, cwd=ROOT)
+    assert proc.stdout is not None and proc.stderr is not None
+    proc.stdout.readline()
+    proc.stdout.close()  # as `| head -1` does
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=60) in (0, 141) and "Traceback" not in err and "BrokenPipeError" not in err
+
+
+def test_an_error_of_a_users_module_is_one_message(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    mod = tmp_path / "raising_flow.py"
+    mod.write_text("def total(n: int) -> int:\n    raise KeyError('no such column')\n")
+    assert main(["run", str(mod), "--outputs", "total", "--input", "n=1"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("flowdata: NodeError: node 'total'") and "Traceback" not in err
