@@ -85,3 +85,63 @@ def test_user_module_runs() -> None:
         "ticks": 6,
         "hamilton_total": 3,
     }
+
+
+OUTSIDE = """
+import flowdata as fd
+from flowdata import Collect, Parallel
+
+
+def item(n: int) -> Parallel[int]:
+    yield from range(n)
+
+
+def doubled(item: int) -> int:
+    return 2 * item
+
+
+def total(doubled: Collect[int]) -> int:
+    return sum(doubled)
+
+
+def train() -> None:
+    import outside_flow
+
+    dr = fd.Builder().with_modules(outside_flow).build()
+    loader = dr.dataloader(["doubled"], inputs={"n": 4})
+    loader.set_epoch(1)
+    print(loader.stats, loader.report.summary(), loader.{loader_attr})
+    dataset = dr.dataset(["doubled"], inputs={"n": 4})
+    print(dataset.spec.group, dataset.{dataset_attr})
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("checker", ["mypy", "pyright"])
+def test_type_checkers_find_flowdata_from_any_folder(tmp_path: Path, checker: str) -> None:
+    import tempfile
+
+    outside = Path(tempfile.mkdtemp())  # not under the repository: found through the install alone
+    try:
+        for name, attrs in (("good", ("report", "spec")), ("bad", ("repoort", "specc"))):
+            (outside / "outside_flow.py").write_text(
+                OUTSIDE.replace("{loader_attr}", attrs[0]).replace("{dataset_attr}", attrs[1]))
+            bin_dir = Path(sys.executable).parent
+            if checker == "mypy":
+                cmd = [sys.executable, "-m", "mypy", "--strict", "--no-incremental", "--config-file", "/dev/null",
+                       "outside_flow.py"]
+            else:
+                cmd = [str(bin_dir / "pyright"), "outside_flow.py"]
+            env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "HOME": str(tmp_path)}  # as after activating .venv
+            result = subprocess.run(cmd, capture_output=True, text=True, cwd=outside, timeout=300, env=env)
+            out = result.stdout + result.stderr
+            assert "could not be resolved" not in out and "import-not-found" not in out, out
+            if name == "good":
+                assert result.returncode == 0, out
+            else:
+                assert result.returncode == 1, out
+                assert "repoort" in out and "specc" in out  # misspelt loader and dataset attributes
+    finally:
+        import shutil as _shutil
+
+        _shutil.rmtree(outside)
