@@ -34,9 +34,13 @@ __all__ = ["Program", "discover", "function_location", "import_file", "load_prog
 
 
 def discover(
-    modules: Iterable[ModuleType], config: Mapping[str, Any]
+    modules: Iterable[ModuleType], config: Mapping[str, Any], module_overrides: bool = False
 ) -> tuple[tuple[Node, ...], tuple[GraphProblem, ...]]:
     """Finds the nodes of ``modules`` under ``config``.
+
+    With ``module_overrides`` (``Builder().allow_module_overrides()``), a node defined again
+    in a later module replaces the earlier one (Hamilton's rule) instead of being FD004;
+    twice in one module is FD004 still.
 
     Returns:
         The nodes in a stable order, and the problems found while reading them (missing
@@ -67,6 +71,8 @@ def discover(
                     continue  # config values override nodes, as in Hamilton
                 node, node_problems = _to_node(hn, fn)
                 problems.extend(node_problems)
+                if node.name in nodes and module_overrides and nodes[node.name].module != node.module:
+                    del nodes[node.name]  # the later module's node replaces it (kept in its order)
                 if node.name in nodes:
                     first = nodes[node.name]
                     problems.append(
@@ -315,13 +321,15 @@ class Program:
 
     modules: tuple[tuple[str, str | None], ...]
     config: Mapping[str, Any]
+    module_overrides: bool = False
 
 
-def program_of(modules: Iterable[ModuleType], config: Mapping[str, Any]) -> Program:
+def program_of(modules: Iterable[ModuleType], config: Mapping[str, Any], module_overrides: bool = False) -> Program:
     """The :class:`Program` that rebuilds ``modules`` under ``config``."""
     return Program(
         modules=tuple((m.__name__, getattr(m, "__file__", None)) for m in modules),
         config=dict(config),
+        module_overrides=module_overrides,
     )
 
 
@@ -355,5 +363,5 @@ def import_file(name: str, path: str) -> ModuleType:
 def load_program(program: Program) -> dict[str, Node]:
     """Imports the program's modules and discovers their nodes (in a worker process)."""
     modules = [_import(name, file) for name, file in program.modules]
-    nodes, _ = discover(modules, program.config)
+    nodes, _ = discover(modules, program.config, program.module_overrides)
     return {n.name: n for n in nodes}

@@ -64,9 +64,9 @@ class Compiled:
     problems: tuple[GraphProblem, ...]
 
 
-def compile_modules(modules: Sequence[ModuleType], config: Mapping[str, Any]) -> Compiled:
+def compile_modules(modules: Sequence[ModuleType], config: Mapping[str, Any], module_overrides: bool = False) -> Compiled:
     """Discovers, connects, type-checks and analyses ``modules``; collects every problem."""
-    nodes, problems = discover(modules, config)
+    nodes, problems = discover(modules, config, module_overrides)
     graph = Graph.build(nodes)
     found = list(problems)
     cycles = graph.cycles()
@@ -112,17 +112,27 @@ class Builder:
     Each ``with_*`` call returns a new builder; a builder is never changed.
     """
 
-    def __init__(self, modules: tuple[ModuleType, ...] = (), config: Mapping[str, Any] | None = None):
+    def __init__(
+        self, modules: tuple[ModuleType, ...] = (), config: Mapping[str, Any] | None = None,
+        module_overrides: bool = False,
+    ):
         self._modules = modules
         self._config: Mapping[str, Any] = dict(config or {})
+        self._module_overrides = module_overrides
 
     def with_modules(self, *modules: ModuleType | str) -> Builder:
         """Adds modules (objects, dotted names or ``.py`` paths) whose functions are nodes."""
-        return Builder(self._modules + tuple(load_module(m) for m in modules), self._config)
+        return Builder(self._modules + tuple(load_module(m) for m in modules), self._config, self._module_overrides)
 
     def with_config(self, config: Mapping[str, Any]) -> Builder:
         """Adds configuration (read by ``@config.when`` and other modifiers; also inputs)."""
-        return Builder(self._modules, {**self._config, **config})
+        return Builder(self._modules, {**self._config, **config}, self._module_overrides)
+
+    def allow_module_overrides(self) -> Builder:
+        """Lets a node defined in a later module replace the one of the same name in an
+        earlier module (as Hamilton's ``allow_module_overrides()``); without it, that is
+        FD004 duplicate-node. The order of ``with_modules`` decides which one wins."""
+        return Builder(self._modules, self._config, True)
 
     @_public
     def build(self) -> Driver:
@@ -131,7 +141,7 @@ class Builder:
         Raises:
             GraphError: with every problem found, if there is any.
         """
-        return Driver(self._modules, self._config)
+        return Driver(self._modules, self._config, module_overrides=self._module_overrides)
 
 
 def _warn_inputs_like_nodes(graph: Graph, config: Mapping[str, Any]) -> None:
@@ -186,16 +196,19 @@ class Driver:
     makes its own plan.
     """
 
-    def __init__(self, modules: Sequence[ModuleType], config: Mapping[str, Any] | None = None):
+    def __init__(
+        self, modules: Sequence[ModuleType], config: Mapping[str, Any] | None = None, *,
+        module_overrides: bool = False,
+    ):
         self.modules: tuple[ModuleType, ...] = tuple(modules)
         self.config: Mapping[str, Any] = MappingProxyType(dict(config or {}))
-        compiled = compile_modules(self.modules, self.config)
+        compiled = compile_modules(self.modules, self.config, module_overrides)
         _warn_inputs_like_nodes(compiled.graph, self.config)  # a typo is often what the problems come from
         if compiled.problems:
             raise GraphError(compiled.problems)
         self.graph: Graph = compiled.graph
         self.analysis: Analysis = compiled.analysis
-        self.program: Program = program_of(self.modules, self.config)
+        self.program: Program = program_of(self.modules, self.config, module_overrides)
 
     @property
     def nodes(self) -> Mapping[str, Node]:
@@ -211,6 +224,29 @@ class Driver:
     def _values(self, inputs: Mapping[str, Any] | None, overrides: Mapping[str, Any] | None) -> dict[str, Any]:
         # Config entries are inputs too, as in Hamilton.
         return {**self.config, **(inputs or {}), **(overrides or {})}
+
+    def _refuse_source_overrides(self, outputs: Sequence[str], overrides: Mapping[str, Any]) -> None:
+        """A source given as an override: refused with the call that does what was meant."""
+        from flowdata.errors import short_repr
+
+        for name, value in overrides.items():
+            if self.analysis.roles.get(name) is not Role.SOURCE:
+                continue
+            def in_group(n: str) -> bool:
+                return self.analysis.group_of.get(n) == name and self.analysis.roles.get(n) is Role.PER_SAMPLE
+
+            per_sample = [o for o in outputs if in_group(o)] or [n for n in self.graph.nodes if in_group(n)][:1]
+            if isinstance(value, (list, tuple)):
+                fix = (f"give the items to the source through an input (a parameter of '{name}' that it yields "
+                       "from), or use a node of your own that yields them")
+            else:
+                fix = (f"to run one item through the group, as Hamilton's single-chain idiom does: "
+                       f"driver.run_sample({per_sample!r}, item={short_repr(value)})")
+            node = self.graph.nodes[name]
+            raise InputError(
+                f"cannot override source '{name}' ({node.location}): it yields the samples of its group, "
+                f"one value per sample\n  fix: {fix}"
+            )
 
     def _replaced(self, inputs: Iterable[str] | None, overrides: Iterable[str] | None) -> tuple[str, ...]:
         """Nodes whose values the caller gives: overrides, and inputs named like a node
@@ -296,6 +332,8 @@ class Driver:
         seconds = check_timeout(timeout)
         if chunk_size is not None and (not isinstance(chunk_size, int) or isinstance(chunk_size, bool) or chunk_size < 1):
             raise InputError(f"chunk_size={chunk_size!r}: expected a positive int, or None to adapt")
+        outputs = tuple(outputs)
+        self._refuse_source_overrides(outputs, overrides or {})
         values = self._values(inputs, overrides)
         self._warn_unread(inputs or {})
         plan = make_plan(self.graph, self.analysis, outputs, set(values), self._replaced(inputs, overrides),

@@ -60,3 +60,47 @@ def test_an_asked_node_without_a_default_still_needs_its_input(make_module: Call
     dr = fd.Builder().with_modules(make_module(DEFAULTS)).build()
     with pytest.raises(fd.InputError, match=r"missing input 'defaults_to_zero':\n  'defaults_to_zero': read by D \("):
         dr.execute(["A", "D"], inputs={"required": 1})
+
+
+PARALLEL = """
+from hamilton.htypes import Collect, Parallelizable
+
+def par(n: int) -> Parallelizable[int]:
+    for i in range(n):
+        yield i
+
+def sq(par: int) -> int:
+    return par * par
+
+def total(sq: Collect[int]) -> int:
+    return sum(sq)
+"""
+
+REPLACEMENT = """
+def sq(par: int) -> int:
+    return par * par + 1000
+"""
+
+
+def test_a_later_module_overrides_a_node(make_module: Callable[[str], Any]) -> None:
+    from hamilton import driver
+    from hamilton.execution.executors import SynchronousLocalTaskExecutor
+
+    first, second = make_module(PARALLEL), make_module(REPLACEMENT)
+    theirs = (driver.Builder().with_modules(first, second).allow_module_overrides()
+              .enable_dynamic_execution(allow_experimental_mode=True)
+              .with_local_executor(SynchronousLocalTaskExecutor()).build().execute(["total"], inputs={"n": 3}))
+    dr = fd.Builder().with_modules(first, second).allow_module_overrides().build()
+    assert dr.execute(["total"], inputs={"n": 3}) == dict(theirs) == {"total": 3005}
+    assert dr.execute(["total"], inputs={"n": 3}, executor="processes") == {"total": 3005}  # workers too
+    with pytest.raises(fd.GraphError, match=r"FD004 duplicate-node: node 'sq' is defined twice"):
+        fd.Builder().with_modules(first, second).build()
+
+
+def test_overriding_a_source_says_what_to_do_instead(make_module: Callable[[str], Any]) -> None:
+    dr = fd.Builder().with_modules(make_module(PARALLEL)).build()
+    with pytest.raises(fd.InputError, match=r"cannot override source 'par' \(.*:4\): it yields the samples of its group, one value per sample\n  fix: to run one item through the group, as Hamilton's single-chain idiom does: driver.run_sample\(\['sq'\], item=3\)"):
+        dr.execute(["total"], overrides={"par": 3})
+    assert dr.run_sample(["sq"], item=3) == {"sq": 9}  # the call it gives works
+    with pytest.raises(fd.InputError, match=r"fix: give the items to the source through an input"):
+        dr.execute(["total"], overrides={"par": [1, 2, 3]})
