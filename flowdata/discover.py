@@ -1,7 +1,10 @@
-"""Modules -> frozen nodes, through Hamilton's graph builder.
+"""Modules -> frozen nodes, through Hamilton's graph builder when a module uses it.
 
-This is the only module that imports Hamilton. Hamilton finds the public functions of a
-module and applies its function modifiers (``@parameterize``, ``@extract_fields``,
+This is the only module that imports Hamilton, and only when the modules need it: when no
+module imported Hamilton (so no function can carry a Hamilton modifier or marker), the
+public functions become nodes directly, as Hamilton's default resolver would make them,
+and building never pays for importing Hamilton (and pandas through it). Otherwise Hamilton
+finds the public functions of a module and applies its function modifiers (``@parameterize``, ``@extract_fields``,
 ``@config.when``, ``@tag``, ``@check_output``, ``@pipe``, ...); each resulting Hamilton
 node becomes a :class:`flowdata.node.Node`. Hamilton's edge building and type checks are not
 used: flowdata checks edges itself and reports every problem at once.
@@ -33,6 +36,55 @@ from flowdata.types import MarkerKind, read_marker
 __all__ = ["Program", "discover", "function_location", "import_file", "load_program", "program_of"]
 
 
+def _uses_hamilton(modules: Iterable[ModuleType]) -> bool:
+    """Whether Hamilton must resolve the modules' functions: it is imported (a module that
+    uses a Hamilton modifier or marker imported it), or ``FLOWDATA_HAMILTON=1`` asks."""
+    return "hamilton" in sys.modules or os.environ.get("FLOWDATA_HAMILTON") == "1"
+
+
+def _public_functions(module: ModuleType) -> list[tuple[str, Callable[..., Any]]]:
+    """The functions Hamilton's ``find_functions`` finds: public, defined in the module (or
+    a submodule of it), in name order."""
+    def defined_here(fn: Any) -> bool:
+        if not inspect.isfunction(fn) or fn.__name__.startswith("_"):
+            return False
+        home = inspect.getmodule(fn)
+        return home is not None and (home.__name__ == module.__name__ or home.__name__.startswith(module.__name__ + "."))
+
+    return inspect.getmembers(module, predicate=defined_here)
+
+
+@dataclass(frozen=True)
+class _PlainNode:
+    """What Hamilton's default resolver makes of a function without modifiers (the fields
+    :func:`_to_node` reads)."""
+
+    name: str
+    type: Any
+    input_types: Mapping[str, tuple[Any, Any]]
+    default_parameter_values: Mapping[str, Any]
+    callable: Callable[..., Any]
+    originating_functions: tuple[Callable[..., Any], ...]
+    tags: Mapping[str, Any]
+    documentation: str
+
+
+def _plain_nodes(fn: Callable[..., Any]) -> list[_PlainNode]:
+    hints = typing.get_type_hints(fn, include_extras=True)
+    params = inspect.signature(fn).parameters
+    module = inspect.getmodule(fn)
+    return [_PlainNode(
+        name=fn.__name__,
+        type=hints["return"],
+        input_types={k: (hints[k], None) for k in params},
+        default_parameter_values={k: p.default for k, p in params.items() if p.default is not p.empty},
+        callable=fn,
+        originating_functions=(fn,),
+        tags={"module": module.__name__ if module is not None else ""},
+        documentation=fn.__doc__ or "",
+    )]
+
+
 def discover(
     modules: Iterable[ModuleType], config: Mapping[str, Any], module_overrides: bool = False
 ) -> tuple[tuple[Node, ...], tuple[GraphProblem, ...]]:
@@ -46,26 +98,30 @@ def discover(
         The nodes in a stable order, and the problems found while reading them (missing
         annotations, misused markers, duplicate names, modifiers that failed).
     """
-    from hamilton.graph_utils import find_functions
-
+    modules = list(modules)
+    hamilton = _uses_hamilton(modules)
     nodes: dict[str, Node] = {}
     problems: list[GraphProblem] = []
     for module in modules:
-        for _, fn in find_functions(module):
-            # Hamilton's resolvers first: a function they remove (@hamilton_exclude, an
-            # unchosen @config.when) is not a node, and needs no annotations.
-            try:
-                with _quiet_hamilton():
-                    hnodes = _resolve(fn, dict(config))
-            except Exception as exc:  # any modifier failure becomes a reported problem
-                problems.append(_missing_annotations(fn) or _modifier_problem(fn, exc))
-                continue
-            if not hnodes:
-                continue
+        for _, fn in _public_functions(module):
+            hnodes: Any = None
+            if hamilton:
+                # Hamilton's resolvers first: a function they remove (@hamilton_exclude, an
+                # unchosen @config.when) is not a node, and needs no annotations.
+                try:
+                    with _quiet_hamilton():
+                        hnodes = _resolve(fn, dict(config))
+                except Exception as exc:  # any modifier failure becomes a reported problem
+                    problems.append(_missing_annotations(fn) or _modifier_problem(fn, exc))
+                    continue
+                if not hnodes:
+                    continue
             missing = _missing_annotations(fn) or _unsupported(fn)
             if missing:
                 problems.append(missing)
                 continue
+            if not hamilton:
+                hnodes = _plain_nodes(fn)
             for hn in hnodes:
                 if hn.name in config:
                     continue  # config values override nodes, as in Hamilton
@@ -227,12 +283,14 @@ def _hamilton_marker(tp: Any) -> tuple[MarkerKind | None, Any]:
 
 def _read(tp: Any) -> tuple[MarkerKind | None, Any]:
     kind, inner = read_marker(tp)
-    if kind is None:
+    if kind is None and "hamilton" in sys.modules:  # Hamilton's markers exist only once it is imported
         return _hamilton_marker(tp)
     return kind, inner
 
 
 def _is_hamilton_collect(tp: Any) -> bool:
+    if "hamilton" not in sys.modules:
+        return False
     from hamilton import htypes
 
     return get_origin(tp) is htypes.Collect

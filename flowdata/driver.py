@@ -26,9 +26,6 @@ from flowdata.graph import Graph
 from flowdata.node import Node, Role
 from flowdata.plan import Analysis, Plan, analyze, make_plan
 from flowdata.report import Report
-from flowdata.run import scheduler
-from flowdata.run.deadline import check_timeout
-from flowdata.run.passes import on_error_mode
 from flowdata.typecheck import check_edges, check_reductions
 
 if TYPE_CHECKING:
@@ -170,6 +167,12 @@ def inputs_like_nodes(graph: Graph, config: Mapping[str, Any]) -> list[str]:
             f"  fix: rename the parameter '{node.name}'; if an input is meant, give it a name no node has"
         )
     return found
+
+
+def _check_timeout(timeout: object) -> float | None:
+    from flowdata.run.deadline import check_timeout
+
+    return check_timeout(timeout)
 
 
 def _plural_pair(a: str, b: str) -> bool:
@@ -328,6 +331,10 @@ class Driver:
             SampleError: a per-sample node raised.
             NodeError: a once or Collect node raised.
         """
+        from flowdata.run import scheduler
+        from flowdata.run.deadline import check_timeout
+        from flowdata.run.passes import on_error_mode
+
         mode = on_error_mode(on_error)
         seconds = check_timeout(timeout)
         if chunk_size is not None and (not isinstance(chunk_size, int) or isinstance(chunk_size, bool) or chunk_size < 1):
@@ -412,7 +419,8 @@ class Driver:
             batch_size=batch_size, shuffle=shuffle, seed=seed, drop_last=drop_last, rank=rank, world_size=world_size,
             streaming=streaming, shuffle_buffer=shuffle_buffer, on_error=on_error, max_skipped=max_skipped,
             cache_dir=cache_dir, collate_fn=collate_fn, progress=progress, num_workers=num_workers,
-            multiprocessing_context=multiprocessing_context, executor=executor, timeout=check_timeout(timeout),
+            multiprocessing_context=multiprocessing_context, executor=executor,
+            timeout=_check_timeout(timeout),
         )
         return build_loader(self, tuple(outputs), inputs, options, prefetch_factor=prefetch_factor,
                             pin_memory=pin_memory, persistent_workers=persistent_workers,
@@ -515,6 +523,8 @@ class Driver:
                 )
                 + "\n  fix: use execute() for once and Collect nodes"
             )
+        from flowdata.run import scheduler
+
         return scheduler.run_sample(self.graph, self.analysis, self.program, plan, values,
                                     self.analysis.group_of[outputs[0]], index, item, item is not _MISSING)
 

@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import functools
 import hashlib
-import importlib.metadata
 import inspect
 import os
 import sys
@@ -68,6 +67,8 @@ def is_user_module(module: types.ModuleType | None) -> bool:
 @functools.lru_cache(maxsize=256)
 def package_version(module_name: str) -> str:
     """The installed version of the package a module belongs to ("?" when unknown)."""
+    import importlib.metadata  # here: it costs about 30 ms to import, and only a pass-cache key needs it
+
     top = module_name.split(".")[0]
     try:
         return importlib.metadata.version(top)

@@ -23,7 +23,6 @@ that every executor must pass.
 from __future__ import annotations
 
 import inspect
-import multiprocessing
 import os
 import pickle
 import sys
@@ -33,12 +32,13 @@ import uuid
 import weakref
 from collections import OrderedDict, deque
 from collections.abc import Callable, Iterable, Iterator
-from concurrent.futures import Future, ProcessPoolExecutor
-from concurrent.futures.process import BrokenProcessPool
-from typing import Any, Protocol, TypeVar, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar, runtime_checkable
 
 from flowdata.run import scratch
 from flowdata.errors import FlowdataError, describe
+
+if TYPE_CHECKING:  # imported where a pool starts: `import flowdata` stays light
+    from concurrent.futures import Future, ProcessPoolExecutor
 
 __all__ = ["Executor", "InlineExecutor", "ProcessExecutor", "WorkerDied", "resolve_executor"]
 
@@ -107,6 +107,9 @@ class ProcessExecutor:
 
     def _get_pool(self) -> ProcessPoolExecutor:
         if self._pool is None:
+            import multiprocessing
+            from concurrent.futures import ProcessPoolExecutor
+
             ctx = multiprocessing.get_context(self.start_method)
             self._pool = ProcessPoolExecutor(
                 max_workers=self.num_workers, mp_context=ctx, initializer=_init_worker,
@@ -138,6 +141,8 @@ class ProcessExecutor:
         The context is pickled once, into a file each worker reads the first time it
         meets it; a task carries only the file's name.
         """
+        from concurrent.futures.process import BrokenProcessPool
+
         pool = self._get_pool()
         path = self._send_once(context)
         pending: deque[Future[R]] = deque()
