@@ -229,7 +229,8 @@ class Driver:
         return {**self.config, **(inputs or {}), **(overrides or {})}
 
     def _refuse_source_overrides(self, outputs: Sequence[str], overrides: Mapping[str, Any]) -> None:
-        """A source given as an override: refused with the call that does what was meant."""
+        """A source overridden with a list or tuple of items runs its group over them; with
+        anything else (one item), it is refused with the call that does what was meant."""
         from flowdata.errors import short_repr
 
         for name, value in overrides.items():
@@ -240,11 +241,9 @@ class Driver:
 
             per_sample = [o for o in outputs if in_group(o)] or [n for n in self.graph.nodes if in_group(n)][:1]
             if isinstance(value, (list, tuple)):
-                fix = (f"give the items to the source through an input (a parameter of '{name}' that it yields "
-                       "from), or use a node of your own that yields them")
-            else:
-                fix = (f"to run one item through the group, as Hamilton's single-chain idiom does: "
-                       f"driver.run_sample({per_sample!r}, item={short_repr(value)})")
+                continue  # the group runs over these items
+            fix = (f"to run one item through the group, as Hamilton's single-chain idiom does: "
+                   f"driver.run_sample({per_sample!r}, item={short_repr(value)})")
             node = self.graph.nodes[name]
             raise InputError(
                 f"cannot override source '{name}' ({node.location}): it yields the samples of its group, "

@@ -322,13 +322,14 @@ def make_plan(
     """
     outputs = tuple(dict.fromkeys(outputs))
     _check_outputs(graph, analysis, outputs, inputs, overrides, allow_per_sample)
-    needed = _needed(graph, outputs, overrides)
+    needed = _needed(graph, outputs, overrides, analysis)
+    called = needed - set(overrides)  # a source overridden with its items is not called
     # An input is missing when a reader this call needs has no default for it (a reader
     # the call does not need, default or not, does not count).
     missing = sorted(
         name
         for name, spec in graph.inputs.items()
-        if name not in inputs and any(n.name in needed and not p.optional for n, p in spec.readers)
+        if name not in inputs and any(n.name in called and not p.optional for n, p in spec.readers)
     )
     if missing and check_inputs:
         import difflib
@@ -337,7 +338,7 @@ def make_plan(
         unread = [k for k in inputs if k not in graph.inputs and k not in graph.nodes]
         for name in missing:
             readers = [f"{n.name} ({n.location})" for n, p in graph.inputs[name].readers
-                       if n.name in needed and not p.optional]  # those with no default for it
+                       if n.name in called and not p.optional]  # those with no default for it
             line = f"  '{name}': read by {', '.join(readers)}"
             given = difflib.get_close_matches(name, unread, n=1)
             node = difflib.get_close_matches(name, list(graph.nodes), n=1, cutoff=0.8)
@@ -353,7 +354,7 @@ def make_plan(
         )
     order = [n for n in graph.toposort(needed)]
     used_inputs = tuple(
-        name for name, spec in graph.inputs.items() if any(n.name in needed for n, _ in spec.readers)
+        name for name, spec in graph.inputs.items() if any(n.name in called for n, _ in spec.readers)
     )
     once = tuple(n for n in order if analysis.roles[n] is Role.ONCE)
     levels = _Levels(graph, analysis, overrides)
@@ -396,7 +397,7 @@ def _check_outputs(
             f"  fix: ask for one of the graph's nodes: {', '.join(sorted(graph.nodes))}"
         )
     for o in overrides:
-        if analysis.roles.get(o) in (Role.PER_SAMPLE, Role.SOURCE):
+        if analysis.roles.get(o) is Role.PER_SAMPLE:
             raise InputError(
                 f"cannot override '{o}': it is {analysis.roles[o].value} in group "
                 f"'{analysis.group_of[o]}' (one value per sample)\n"
@@ -423,8 +424,12 @@ def _check_outputs(
             )
 
 
-def _needed(graph: Graph, outputs: tuple[str, ...], overrides: Collection[str]) -> frozenset[str]:
-    return graph.ancestors(outputs, stop=overrides) - set(overrides)
+def _needed(graph: Graph, outputs: tuple[str, ...], overrides: Collection[str], analysis: Analysis | None = None
+            ) -> frozenset[str]:
+    """What the outputs need, stopping at overrides. An overridden source stays (its group
+    runs over the items given), but not what it reads."""
+    given_sources = {o for o in overrides if analysis is not None and analysis.roles.get(o) is Role.SOURCE}
+    return graph.ancestors(outputs, stop=overrides) - (set(overrides) - given_sources)
 
 
 class _Levels:

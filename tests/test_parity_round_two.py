@@ -102,5 +102,12 @@ def test_overriding_a_source_says_what_to_do_instead(make_module: Callable[[str]
     with pytest.raises(fd.InputError, match=r"cannot override source 'par' \(.*:4\): it yields the samples of its group, one value per sample\n  fix: to run one item through the group, as Hamilton's single-chain idiom does: driver.run_sample\(\['sq'\], item=3\)"):
         dr.execute(["total"], overrides={"par": 3})
     assert dr.run_sample(["sq"], item=3) == {"sq": 9}  # the call it gives works
-    with pytest.raises(fd.InputError, match=r"fix: give the items to the source through an input"):
-        dr.execute(["total"], overrides={"par": [1, 2, 3]})
+
+
+@pytest.mark.parametrize("executor", ["inline", "processes"])
+def test_a_source_overridden_with_its_items(make_module: Callable[[str], Any], executor: str) -> None:
+    dr = fd.Builder().with_modules(make_module(PARALLEL)).build()
+    # The group runs over the items given; the source function (and its input n) is not needed.
+    assert dr.execute(["total"], overrides={"par": [1, 2, 3]}, executor=executor) == {"total": 14}
+    assert dr.execute(["total"], overrides={"par": (5,)}, executor=executor) == {"total": 25}
+    assert dr.execute(["total"], inputs={"n": 4}, executor=executor) == {"total": 14}  # unchanged otherwise

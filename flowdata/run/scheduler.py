@@ -46,7 +46,7 @@ from flowdata.run.executors import InlineExecutor, resolve_executor
 from flowdata.run.folding import Folder
 from flowdata.run.kernel import ChunkResult, FoldSpec, PassSpec, failure_of
 from flowdata.run.passes import Engine, OnError, Recorder
-from flowdata.run.source import IndexSource, IterableSource, call_source
+from flowdata.run.source import IndexSource, IterableSource, as_source, call_source
 
 __all__ = ["Run", "execute", "run_sample"]
 
@@ -132,6 +132,10 @@ class Run:
         if group.source in self._sources:
             return self._sources[group.source]
         node = self.graph.nodes[group.source]
+        if group.source in self.values:  # the source overridden with its items
+            given = as_source(node, self.values[group.source])
+            self._sources[group.source] = given  # type: ignore[assignment]  # a list: an IndexSource
+            return given
         whole = self.pass_whole(group.passes[0])
         kwargs = {p.name: whole[p.name] for p in node.params if not p.collect and p.name in whole}
         closed = self.analysis.closes.get(node.name)
