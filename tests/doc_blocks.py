@@ -66,9 +66,17 @@ def steps(transcript: str) -> list[Step]:
     return out
 
 
-def normalise(text: str) -> str:
-    """Output with what changes from run to run replaced: memory addresses."""
+def normalise(text: str, folder: Path | None = None, shown: str = "") -> str:
+    """Output with what changes from run to run replaced: memory addresses, and the folder
+    the blocks ran in (as ``shown``, the folder the page names)."""
+    if folder is not None:
+        text = text.replace(str(folder), shown)
     return re.sub(r"0x[0-9a-f]{6,}", "0x...", text)
+
+
+def shown_folder(page_path: Path) -> str:
+    """The folder a page's outputs name: ``/tmp/fdd/<page>``."""
+    return f"/tmp/fdd/{page_path.stem}"
 
 
 def run(command: str, folder: Path, last_status: int) -> tuple[str, int]:
@@ -77,16 +85,28 @@ def run(command: str, folder: Path, last_status: int) -> tuple[str, int]:
     if command.strip() == "echo $?":
         return str(last_status), 0
     bin_dir = Path(sys.executable).parent
-    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ.get('PATH', '')}", "PYTHONPATH": str(folder),
-           "PYTHONUNBUFFERED": "1"}
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}  # as in a shell of the user's
+    env.update(PATH=f"{bin_dir}:{os.environ.get('PATH', '')}", PYTHONUNBUFFERED="1")
     done = subprocess.run(["bash", "-c", command], cwd=folder, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                           text=True, env=env, timeout=300)
     return done.stdout.rstrip("\n"), done.returncode
 
 
-def play(page_path: Path, folder: Path, kinds: tuple[str, ...] = ("flowdata check",)) -> list[tuple[Block, Step, str]]:
-    """Writes the page's files into ``folder`` and runs its transcripts whose commands start
-    with one of ``kinds``; returns ``(block, step, what it printed)`` for every step run."""
+def write_files(page_path: Path, folder: Path) -> None:
+    """Writes a page's file blocks into ``folder`` (for a page that uses them)."""
+    for block in blocks(page_path.read_text()):
+        name = re.fullmatch(r"# ([\w/]+\.py)", block.text.split("\n", 1)[0])
+        if block.lang == "python" and name:
+            (folder / name.group(1)).write_text(block.text)
+
+
+def play(page_path: Path, folder: Path, kinds: tuple[str, ...] = ("flowdata check",),
+         uses: tuple[Path, ...] = ()) -> list[tuple[Block, Step, str]]:
+    """Writes the files of the pages in ``uses``, then the page's own, into ``folder`` and
+    runs its transcripts whose commands start with one of ``kinds``; returns ``(block,
+    step, what it printed)`` for every step run, the folder named as the page names it."""
+    for other in uses:
+        write_files(other, folder)
     page = page_path.read_text()
     results = []
     for block in blocks(page):
@@ -105,17 +125,31 @@ def play(page_path: Path, folder: Path, kinds: tuple[str, ...] = ("flowdata chec
         status = 0
         for step in todo:
             got, status = run(step.command, folder, status)
-            results.append((block, step, got))
+            results.append((block, step, normalise(got, folder, shown_folder(page_path))))
     return results
 
 
-def update(page_path: Path) -> int:
+PAGES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
+    # page: (the commands whose transcripts are played, the pages whose files it uses)
+    "docs/errors.md": (("flowdata check",), ()),
+    "docs/cli.md": (("flowdata ", "python -m flowdata "), ("docs/index.md", "docs/errors.md")),
+}
+
+
+def play_page(page: str, folder: Path) -> list[tuple[Block, Step, str]]:
+    """:func:`play` for one of :data:`PAGES`."""
+    kinds, uses = PAGES[page]
+    return play(ROOT / page, folder, kinds, tuple(ROOT / u for u in uses))
+
+
+def update(page: str) -> int:
     """Rewrites the page's played transcripts with what the commands print; returns how many changed."""
+    page_path = ROOT / page
     folder = Path(f"/tmp/flowdata-docs-{os.getpid()}")
     shutil.rmtree(folder, ignore_errors=True)
     folder.mkdir()
     try:
-        results = play(page_path, folder)
+        results = play_page(page, folder)
     finally:
         shutil.rmtree(folder, ignore_errors=True)
     page = page_path.read_text()
@@ -138,4 +172,4 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--update", nargs="+", metavar="PAGE", required=True)
     for page_name in parser.parse_args().update:
-        print(f"{page_name}: {update(ROOT / page_name)} transcript(s) rewritten")
+        print(f"{page_name}: {update(page_name)} transcript(s) rewritten")

@@ -1,8 +1,8 @@
 """The documentation's command transcripts print what the pages say (a first step of the
-doc tests): every ``flowdata check`` transcript of errors.md, run on the files exactly as
-the page shows them (``tests/doc_blocks.py``; its ``--update`` mode rewrites a page's
+doc tests): every ``flowdata check`` transcript of errors.md and every ``flowdata``
+transcript of cli.md, run on the files exactly as the pages show them (``tests/doc_blocks.py``; its ``--update`` mode rewrites a page's
 transcripts from what the commands print). Pages whose blocks use files of other pages
-(cli.md) are not collected yet."""
+are played after those pages' files are written (cli.md uses index.md's and errors.md's)."""
 
 from __future__ import annotations
 
@@ -10,16 +10,12 @@ from pathlib import Path
 
 import pytest
 
-from tests.doc_blocks import ROOT, normalise, play
-
-PAGES = {
-    "docs/errors.md": ("flowdata check",),
-}
+from tests.doc_blocks import PAGES, normalise, play_page
 
 
 @pytest.mark.parametrize("page", sorted(PAGES))
 def test_the_transcripts_of_a_page(page: str, tmp_path: Path) -> None:
-    results = play(ROOT / page, tmp_path, PAGES[page])
+    results = play_page(page, tmp_path)
     assert len(results) >= 5  # the page's transcripts were found and run
     wrong = [f"{page}:{block.line}: $ {step.command}\n--- the page says\n{step.expected}\n--- it prints\n{got}"
              for block, step, got in results if normalise(got) != normalise(step.expected)]
