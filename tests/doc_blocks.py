@@ -133,6 +133,7 @@ PAGES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     # page: (the commands whose transcripts are played, the pages whose files it uses)
     "docs/errors.md": (("flowdata check",), ()),
     "docs/cli.md": (("flowdata ", "python -m flowdata "), ("docs/index.md", "docs/errors.md")),
+    "docs/index.md": (("flowdata ", "python "), ()),
 }
 
 
