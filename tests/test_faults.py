@@ -642,17 +642,25 @@ def test_ctrl_c_while_a_node_is_stuck(make_module: Callable[..., Any], tmp_path:
     module = make_module(STUCK)
     script = tmp_path / "run.py"
     script.write_text(INTERRUPTED.format(folder=str(tmp_path), module=module.__name__, call=call))
-    proc = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True, start_new_session=True,
-                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    proc = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
         time.sleep(2.0)  # the pass is under way, a worker stuck in sample 3
         os.kill(proc.pid, signal.SIGINT)
-        out, _ = proc.communicate(timeout=15)  # the pool used to wait for the stuck worker forever
-        assert out.strip() == "interrupted" and proc.returncode == 0
-        time.sleep(0.5)
-        left = subprocess.run(["pgrep", "-s", str(proc.pid)], capture_output=True, text=True).stdout.split()
-        assert left == []  # no worker left running
+        out, err = proc.communicate(timeout=15)  # the pool used to wait for the stuck worker forever
+        # Stopped and handled (a process that ends by SIGINT at its very end, after the
+        # handler ran, is also what Ctrl-C means; it happens under load).
+        assert out.strip() == "interrupted" and proc.returncode in (0, -signal.SIGINT), err[-3000:]
+        # No worker left running: a worker still starting when the pool was ended sees
+        # its parent gone and ends within a second.
+        left = ["?"]
+        for _ in range(50):
+            left = subprocess.run(["pgrep", "-s", str(proc.pid)], capture_output=True, text=True).stdout.split()
+            if not left:
+                break
+            time.sleep(0.1)
+        assert left == []
     finally:
         try:
             os.killpg(proc.pid, signal.SIGKILL)

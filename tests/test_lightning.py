@@ -55,3 +55,15 @@ def test_lightning_ddp_keeps_flowdata_sampler_and_deals_each_sample_once(workers
         assert sorted(first + second) == list(range(22))  # each sample once across ranks
         assert first == _expected(epoch, 0, 2) and second == _expected(epoch, 1, 2)
     assert ranks[0][0] != ranks[0][1]
+
+
+def test_a_loader_rebuilt_by_accelerate_says_so() -> None:
+    from accelerate import Accelerator
+
+    dr = fd.Builder().with_modules(fit).build()
+    loader = dr.dataloader(["item", "x"], inputs={"n": 8}, batch_size=4)
+    rebuilt = Accelerator(cpu=True).prepare(loader)
+    batch = next(iter(rebuilt))
+    with pytest.raises(fd.FlowdataError, match=r"asked for 'x' of an internal flowdata batch: the loader was rebuilt around its dataset by another library \(such as Accelerate's prepare\(\)\)(.|\n)*fix: iterate the flowdata.DataLoader itself"):
+        batch["x"]
+    assert [b["item"].tolist() for b in loader] == [[0, 1, 2, 3], [4, 5, 6, 7]]  # the loader itself works

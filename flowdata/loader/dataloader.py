@@ -25,6 +25,7 @@ from flowdata.loader.wire import Batch
 from flowdata.report import Report
 from flowdata.run.deadline import SampleTimeout, Stuck, Watch
 from flowdata.run.kernel import failure_of
+from flowdata.run.executors import sigint_deferred
 from flowdata.run.passes import Recorder, failure_error
 from flowdata.sample import sample_seed
 
@@ -52,7 +53,9 @@ class _WorkerInit:
         # Objects inherited from the parent are not garbage here: keep the cyclic GC from
         # traversing them, which writes to each and so copies every page they sit on.
         import gc
+        import signal
 
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})  # forked with it held back
         gc.freeze()
         s = sample_seed(self.seed, -2, worker_id)
         random.seed(s)
@@ -195,7 +198,8 @@ class DataLoader(TorchDataLoader):  # type: ignore[type-arg]
         bar = progress_bar(self.progress, total, start, f"epoch {self._epoch}")
         skipped_before = len(self.report.skipped)
         try:
-            it = super().__iter__()
+            with sigint_deferred():  # starting the workers forks them (see sigint_deferred)
+                it = super().__iter__()
             while True:
                 try:
                     batch = next(it)

@@ -13,6 +13,7 @@ from typing import Any
 import torch
 from torch.utils.data._utils.collate import default_collate
 
+from flowdata.errors import FlowdataError
 from flowdata.run.kernel import ChunkResult, Failure
 
 __all__ = ["INLINE_BYTES", "Batch", "CollateError", "collate"]
@@ -40,6 +41,18 @@ class Batch:
         self.node_seconds = node_seconds
         self.worker = worker
         self.error = error  # a flowdata error raised outside the samples (a failing source)
+
+    def __getitem__(self, key: Any) -> Any:
+        # Reached only by code that iterates the loader's torch pipeline without the
+        # flowdata.DataLoader around it (a library that rebuilt the loader from its
+        # attributes, as Accelerate's prepare() does): say so, instead of a TypeError.
+        raise FlowdataError(
+            f"asked for {key!r} of an internal flowdata batch: the loader was rebuilt around its dataset by "
+            "another library (such as Accelerate's prepare()), which bypasses the flowdata.DataLoader that "
+            "turns batches into dicts and reports skipped and failed samples\n"
+            "  fix: iterate the flowdata.DataLoader itself (it is already sharded by rank) and prepare only "
+            "the model and optimizer"
+        )
 
     @classmethod
     def of(cls, result: ChunkResult, data: Any) -> Batch:

@@ -75,7 +75,7 @@ class Tee:
                     ):
                         self._pulling = True
                         break
-                    self._cond.wait()
+                    self._cond.wait(0.5)  # in slices: a Ctrl-C is noticed (see executors._wait)
             chunk: ChunkResult | None = None
             error: BaseException | None = None
             try:
@@ -323,7 +323,8 @@ def run_jobs(jobs: list[Callable[[Tee, int], Any]], tee: Tee) -> list[Any]:
     except BaseException as exc:
         first_error = exc
     for t in threads:
-        t.join()
+        while t.is_alive():
+            t.join(0.5)  # in slices: a Ctrl-C is noticed (see executors._wait)
     if first_error is not None:
         raise first_error
     for t in threads:

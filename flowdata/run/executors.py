@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import inspect
 import os
+import signal
 import pickle
 import sys
 import threading
@@ -32,6 +33,7 @@ import uuid
 import weakref
 from collections import OrderedDict, deque
 from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar, runtime_checkable
 
 from flowdata.run import scratch
@@ -159,7 +161,8 @@ class ProcessExecutor:
                     "  fix: yield picklable items from the source (paths, numbers, dicts of them), "
                     "or use executor='inline'"
                 ) from exc
-            return pool.submit(_with_context, fn, path, data)
+            with sigint_deferred():  # a submit may fork a worker
+                return pool.submit(_with_context, fn, path, data)
 
         try:
             for task in it:
@@ -169,7 +172,7 @@ class ProcessExecutor:
             while pending:
                 future = pending[0]  # left in pending while waited for: a stop here ends its worker
                 try:
-                    result = future.result()
+                    result = _wait(future)
                 except BrokenProcessPool as exc:
                     self._end_pool()
                     raise WorkerDied(
@@ -234,6 +237,42 @@ class ProcessExecutor:
 
 _END: Any = object()
 
+
+def _wait(future: Future[R]) -> R:
+    """The future's result, waited for in short slices.
+
+    A Ctrl-C that the kernel hands to another thread of the process (a library's native
+    thread) does not wake a main thread blocked on a lock: the interpreter only notices the
+    signal when the main thread runs again. Waking every half second, the wait runs again
+    and the ``KeyboardInterrupt`` is raised here, within a second.
+    """
+    while True:
+        try:
+            return future.result(timeout=0.5)
+        except TimeoutError:
+            continue
+
+
+@contextmanager
+def sigint_deferred() -> Iterator[None]:
+    """Holds a Ctrl-C back while the block runs (in the main thread), then delivers it.
+
+    A block that forks (a pool starting a worker) runs the interpreter's at-fork hooks,
+    and a ``KeyboardInterrupt`` raised inside one of them is printed and dropped ("Exception
+    ignored in ... _releaseLock"): the Ctrl-C would be lost and the run would go on, stuck
+    with its stuck worker. Blocked for the block, the signal stays pending and arrives
+    right after it, where it raises as usual. (Children forked meanwhile start with SIGINT
+    blocked: their parent ends them.)
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+
 _CONTEXTS: OrderedDict[str, Any] = OrderedDict()
 
 
@@ -268,6 +307,7 @@ def _init_worker(parent: int) -> None:
     fires when the *thread* that started the worker ends, and pools start workers from
     whichever thread submits first.)
     """
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})  # forked with it held back
     for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
         os.environ[var] = "1"  # for torch and numpy imported later (spawn, forkserver)
     torch = sys.modules.get("torch")

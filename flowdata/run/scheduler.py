@@ -184,7 +184,8 @@ class Run:
             done = True
             tee.close(0)
             for t in threads:
-                t.join()
+                while t.is_alive():
+                    t.join(0.5)  # in slices: a Ctrl-C is noticed (see executors._wait)
             for t in threads:
                 t.reraise()
             self._keep(plain, folds, [t.result for t in threads])
