@@ -134,6 +134,8 @@ PAGES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "docs/errors.md": (("flowdata check",), ()),
     "docs/cli.md": (("flowdata ", "python -m flowdata "), ("docs/index.md", "docs/errors.md")),
     "docs/index.md": (("flowdata ", "python "), ()),
+    "docs/reliability.md": (("python ",), ()),
+    "docs/hamilton.md": (("python ",), ()),
 }
 
 
