@@ -228,7 +228,7 @@ class Driver:
         # Config entries are inputs too, as in Hamilton.
         return {**self.config, **(inputs or {}), **(overrides or {})}
 
-    def _refuse_source_overrides(self, outputs: Sequence[str], overrides: Mapping[str, Any]) -> None:
+    def _check_source_overrides(self, outputs: Sequence[str], overrides: Mapping[str, Any]) -> None:
         """A source overridden with a list or tuple of items runs its group over them; with
         anything else (one item), it is refused with the call that does what was meant."""
         from flowdata.errors import short_repr
@@ -339,7 +339,7 @@ class Driver:
         if chunk_size is not None and (not isinstance(chunk_size, int) or isinstance(chunk_size, bool) or chunk_size < 1):
             raise InputError(f"chunk_size={chunk_size!r}: expected a positive int, or None to adapt")
         outputs = tuple(outputs)
-        self._refuse_source_overrides(outputs, overrides or {})
+        self._check_source_overrides(outputs, overrides or {})
         values = self._values(inputs, overrides)
         self._warn_unread(inputs or {})
         plan = make_plan(self.graph, self.analysis, outputs, set(values), self._replaced(inputs, overrides),

@@ -23,7 +23,7 @@ from flowdata.loader.datasets import BatchView
 from flowdata.loader.order import EpochBatches, EpochSampler
 from flowdata.loader.wire import Batch
 from flowdata.report import Report
-from flowdata.run.deadline import SampleTimeout, Stuck, Watch
+from flowdata.run.deadline import Stuck, Watch
 from flowdata.run.kernel import failure_of
 from flowdata.run.executors import sigint_deferred
 from flowdata.run.passes import Recorder, failure_error
@@ -266,9 +266,9 @@ class DataLoader(TorchDataLoader):  # type: ignore[type-arg]
         name = spec.computes[stuck.position]
         index = getattr(self.flow_dataset, "index", None)
         item = index.take([stuck.index])[0] if index is not None and 0 <= stuck.index < len(index) else "?"
-        detail = (f"timed out after {spec.timeout:g} s, and did not respond to the interruption: its DataLoader "
-                  f"worker (pid {stuck.pid}) was ended after {stuck.seconds:.1f} s, which ends the epoch")
-        failure = failure_of(self.flow_dataset._get_nodes()[name], stuck.index, item, SampleTimeout(detail))
+        assert spec.timeout is not None
+        failure = failure_of(self.flow_dataset._get_nodes()[name], stuck.index, item,
+                             stuck.error(spec.timeout, "DataLoader worker", ", which ends the epoch"))
         return failure_error(failure, spec.group, spec.number, f"pid {stuck.pid}")
 
     def _identity_state(self) -> dict[str, Any]:

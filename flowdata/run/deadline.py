@@ -70,15 +70,15 @@ class _Alarm:
     """The interrupt layer, for one process (see the module docstring)."""
 
     def __init__(self) -> None:
-        self.armed: threading.Thread | None = None
+        self.armed = False  # a call of the main thread is under way
         self.seconds = 0.0
         self._async: dict[int, float] = {}  # thread id -> deadline, for calls outside the main thread
         self._lock = threading.Lock()
         self._watcher: threading.Thread | None = None
 
     def _on_alarm(self, signum: int, frame: Any) -> None:
-        if self.armed is not None:
-            self.armed = None
+        if self.armed:
+            self.armed = False
             raise SampleTimeout(_message(self.seconds))
 
     @contextmanager
@@ -99,7 +99,7 @@ class _Alarm:
 
     def arm(self, seconds: float, main: bool) -> None:
         if main:
-            self.armed = threading.main_thread()
+            self.armed = True
             signal.setitimer(signal.ITIMER_REAL, seconds)
             return
         with self._lock:
@@ -111,7 +111,7 @@ class _Alarm:
 
     def disarm(self, main: bool) -> None:
         if main:
-            self.armed = None
+            self.armed = False
             signal.setitimer(signal.ITIMER_REAL, 0)
             return
         with self._lock:
@@ -199,6 +199,11 @@ class Stuck:
     position: int
     index: int
     seconds: float
+
+    def error(self, timeout: float, worker: str, then: str) -> SampleTimeout:
+        """The sample's failure: ``worker`` names what was ended, ``then`` what follows."""
+        return SampleTimeout(f"{_message(timeout)}, and did not respond to the interruption: its {worker} "
+                             f"(pid {self.pid}) was ended after {self.seconds:.1f} s{then}")
 
 
 class Watch:

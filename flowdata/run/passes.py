@@ -32,7 +32,7 @@ from flowdata.errors import InputError, NodeError, SampleError
 from flowdata.node import Node
 from flowdata.report import Report, Skip
 from flowdata.run.chunking import MAX_CHUNK, ChunkSizer, chunked
-from flowdata.run.deadline import SampleTimeout, Stuck, Watch
+from flowdata.run.deadline import Stuck, Watch
 from flowdata.run.executors import Executor, InlineExecutor, WorkerDied
 from flowdata.run.kernel import ChunkResult, Failure, PassSpec, failure_of
 from flowdata.run.sequential import SequentialStream
@@ -229,7 +229,7 @@ class Engine:
                 try:
                     for result in results:
                         task = in_flight.popleft()
-                        chunk = list(task.items)
+                        chunk = task.items if isinstance(task.items, list) else list(task.items)
                         if result.failure is None:
                             kept = chunk if len(result.indices) == len(task.indices) else _kept(
                                 task.indices, chunk, result.indices)
@@ -274,10 +274,9 @@ class Engine:
                 break
         else:
             item = "?"
-        detail = (f"timed out after {spec.timeout:g} s, and did not respond to the interruption: its worker "
-                  f"process (pid {stuck.pid}) was ended after {stuck.seconds:.1f} s and replaced")
-        node = self.nodes[name]
-        failure = failure_of(node, stuck.index, item, SampleTimeout(detail))
+        assert spec.timeout is not None
+        failure = failure_of(self.nodes[name], stuck.index, item,
+                             stuck.error(spec.timeout, "worker process", " and replaced"))
         worker = f"pid {stuck.pid}"
         rec = self.recorder
         rec.record(spec.group, spec.number, 0, {}, [failure] if rec.skip else [], None if rec.skip else failure,
