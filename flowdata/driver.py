@@ -29,6 +29,8 @@ from flowdata.report import Report
 from flowdata.typecheck import check_edges, check_reductions
 
 if TYPE_CHECKING:
+    import torch
+
     from flowdata.loader import DataLoader, PassDataset, StreamDataset
 
 __all__ = ["Builder", "Driver", "InputLikeNodeWarning", "UnreadInputWarning", "compile_modules", "inputs_like_nodes",
@@ -397,6 +399,7 @@ class Driver:
         worker_init_fn: Callable[[int], None] | None = None,
         executor: object = None,
         timeout: float | None = None,
+        device: str | torch.device | None = None,
     ) -> DataLoader:
         """A ``flowdata.DataLoader`` (a ``torch.utils.data.DataLoader``) over per-sample outputs.
 
@@ -409,7 +412,9 @@ class Driver:
         statistics pass (default: ``num_workers`` processes, or inline). ``timeout`` bounds the
         seconds one per-sample node may spend on one sample, in the statistics pass and every
         epoch, as in ``execute()`` (it is not torch's ``timeout``, which bounds the wait for a
-        batch). See docs/training.md.
+        batch). ``device`` moves each batch's tensors there in this process (``non_blocking``
+        with ``pin_memory``); under Accelerate's ``prepare()`` it defaults to
+        ``accelerator.device``. See docs/training.md.
         """
         from flowdata.loader.build import LoaderOptions, build_loader
 
@@ -423,7 +428,7 @@ class Driver:
         )
         return build_loader(self, tuple(outputs), inputs, options, prefetch_factor=prefetch_factor,
                             pin_memory=pin_memory, persistent_workers=persistent_workers,
-                            worker_init_fn=worker_init_fn)
+                            worker_init_fn=worker_init_fn, device=device)
 
     @_public
     def visualize(

@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -27,6 +28,7 @@ def _run(devices: int, strategy: str, workers: int) -> dict[int, dict[int, list[
         if line.startswith("RESULT "):
             _, rank, seen = line.split(" ", 2)
             results[int(rank)] = {int(e): v for e, v in json.loads(seen).items()}
+    assert len(results) == devices, f"stdout:\n{done.stdout[-2000:]}\nstderr:\n{done.stderr[-4000:]}"
     return results
 
 
@@ -57,13 +59,113 @@ def test_lightning_ddp_keeps_flowdata_sampler_and_deals_each_sample_once(workers
     assert ranks[0][0] != ranks[0][1]
 
 
-def test_a_loader_rebuilt_by_accelerate_says_so() -> None:
+ACCELERATE = Path(fit.__file__).with_name("accelerate_run.py")
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _accelerate(world_size: int, workers: int) -> dict[int, dict[str, Any]]:
+    """Runs accelerate_run.py as every rank of a gloo group on 127.0.0.1 (torchrun's variables)."""
+    port = _free_port()
+    procs = []
+    for rank in range(world_size):
+        env = {**os.environ, "PYTHONPATH": str(SCRIPT.parent.parent.parent), "MASTER_ADDR": "127.0.0.1",
+               "MASTER_PORT": str(port), "RANK": str(rank), "LOCAL_RANK": str(rank),
+               "WORLD_SIZE": str(world_size), "LOCAL_WORLD_SIZE": str(world_size)}
+        if world_size == 1:
+            env = {k: v for k, v in env.items() if k not in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE")}
+        procs.append(subprocess.Popen([sys.executable, str(ACCELERATE), str(workers)], stdout=subprocess.PIPE,
+                                      stderr=subprocess.PIPE, text=True, env=env, cwd=SCRIPT.parent))
+    results = {}
+    for p in procs:
+        out, err = p.communicate(timeout=180)
+        assert p.returncode == 0, err[-3000:]
+        for line in out.splitlines():
+            if line.startswith("RESULT "):
+                _, rank, data = line.split(" ", 2)
+                results[int(rank)] = json.loads(data)
+    return results
+
+
+@pytest.mark.parametrize(("world_size", "workers"), [(1, 0), (1, 2), (2, 0), (2, 2)])
+def test_accelerate_prepare_keeps_the_flowdata_loader(world_size: int, workers: int) -> None:
+    ranks = _accelerate(world_size, workers)
+    assert sorted(ranks) == list(range(world_size))
+    for epoch in ("0", "1"):
+        delivered = [i for r in ranks.values() for i in r["seen"][epoch]]
+        assert sorted(delivered) == [i for i in range(22) if i != 5]  # each once across ranks; 5 skipped
+        for r in ranks.values():
+            assert r["ends"][epoch][-1] is True and not any(r["ends"][epoch][:-1])  # end_of_dataloader
+    for rank, r in ranks.items():
+        assert r["type"] == "DataLoader"  # prepare() kept it
+        mine = [i for e in ("0", "1") for i in r["seen"][e]]
+        assert r["skipped"] == ([5] if 5 in _expected(0, rank, world_size) else [])  # reported where it failed
+        assert mine  # every rank trained
+    assert ranks[0]["seen"]["0"] != ranks[0]["seen"]["1"]  # set_epoch gave each epoch its order
+
+
+def test_accelerate_prepare_refuses_a_loader_dealt_to_other_ranks() -> None:
     from accelerate import Accelerator
 
     dr = fd.Builder().with_modules(fit).build()
+    loader = dr.dataloader(["item", "x"], inputs={"n": 8}, batch_size=4, rank=1, world_size=2)
+    with pytest.raises(fd.FlowdataError, match=r"Accelerate runs 1 processes \(this is process 0\), but this flowdata "
+                       r"loader deals its samples to 2 rank\(s\) as rank 1(.|\n)*fix: build the loader after "
+                       r"Accelerator\(\) is created"):
+        Accelerator(cpu=True).prepare(loader)
+
+
+def test_accelerate_moves_batches_and_raises_failures_in_order() -> None:
+    from accelerate import Accelerator
+
+    from tests.lightning_cases import accelerate_run
+
+    dr = fd.Builder().with_modules(accelerate_run).build()
+    accelerator = Accelerator(cpu=True)
+    loader = accelerator.prepare(dr.dataloader(["item", "x"], inputs={"n": 8}, batch_size=2, device="meta"))
+    seen = []
+    with pytest.raises(fd.SampleError, match=r"node 'x' \(tests/lightning_cases/accelerate_run.py:\d+\) failed on sample 5 of group 'item'(.|\n)*sample 5 is broken"):
+        for batch in loader:
+            assert batch["x"].device.type == "meta"  # device= wins over accelerator.device
+            seen.append(batch["item"].shape)
+    assert seen == [(2,), (2,)]  # the batches before the failing one ([4, 5]) were delivered
+    streaming = accelerator.prepare(dr.dataloader(["item"], inputs={"n": 5}, batch_size=2, streaming=True))
+    ends = [accelerator.gradient_state.end_of_dataloader for _ in streaming]
+    assert ends == [False, False, True] and not accelerator.gradient_state.in_dataloader
+
+
+def test_accelerate_checkpoint_resumes_the_loader_mid_epoch(tmp_path: Path) -> None:
+    from accelerate import Accelerator
+
+    dr = fd.Builder().with_modules(fit).build()
+    accelerator = Accelerator(cpu=True)
+    loader = accelerator.prepare(dr.dataloader(["item"], inputs={"n": 12}, batch_size=2, shuffle=True, seed=1))
+    accelerator.register_for_checkpointing(loader)
+    it = iter(loader)
+    first = [next(it)["item"].tolist() for _ in range(2)]
+    accelerator.save_state(str(tmp_path / "ckpt"))
+    rest = [b["item"].tolist() for b in it]
+    again = Accelerator(cpu=True)
+    resumed = again.prepare(dr.dataloader(["item"], inputs={"n": 12}, batch_size=2, shuffle=True, seed=1))
+    again.register_for_checkpointing(resumed)
+    again.load_state(str(tmp_path / "ckpt"))
+    assert [b["item"].tolist() for b in resumed] == rest and len(first + rest) == 6
+
+
+def test_a_loader_rebuilt_by_accelerate_says_so() -> None:
+    from accelerate import Accelerator
+    from accelerate.data_loader import skip_first_batches
+
+    dr = fd.Builder().with_modules(fit).build()
     loader = dr.dataloader(["item", "x"], inputs={"n": 8}, batch_size=4)
-    rebuilt = Accelerator(cpu=True).prepare(loader)
+    rebuilt = skip_first_batches(Accelerator(cpu=True).prepare(loader), 1)
     batch = next(iter(rebuilt))
-    with pytest.raises(fd.FlowdataError, match=r"asked for 'x' of an internal flowdata batch: the loader was rebuilt around its dataset by another library \(such as Accelerate's prepare\(\)\)(.|\n)*fix: iterate the flowdata.DataLoader itself"):
+    with pytest.raises(fd.FlowdataError, match=r"asked for 'x' of an internal flowdata batch: the loader was rebuilt around its dataset by another library \(such as Accelerate's skip_first_batches\(\)\)(.|\n)*fix: iterate the flowdata.DataLoader itself; to resume mid-epoch, use its state_dict\(\)"):
         batch["x"]
     assert [b["item"].tolist() for b in loader] == [[0, 1, 2, 3], [4, 5, 6, 7]]  # the loader itself works

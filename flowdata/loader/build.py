@@ -196,6 +196,7 @@ def build_loader(
     pin_memory: bool,
     persistent_workers: bool,
     worker_init_fn: Callable[[int], None] | None,
+    device: Any = None,
 ) -> DataLoader:
     """The ``flowdata.DataLoader`` of ``Driver.dataloader()``."""
     dataset, indices, stats, recorder = build_dataset(driver, outputs, inputs, options)
@@ -207,4 +208,5 @@ def build_loader(
         dataset, sampler, num_workers=options.num_workers, prefetch_factor=prefetch_factor, pin_memory=pin_memory,
         persistent_workers=persistent_workers, multiprocessing_context=options.multiprocessing_context,
         worker_init_fn=worker_init_fn, stats=stats, recorder=recorder, progress=options.progress, seed=options.seed,
+        device=device,
     )

@@ -19,6 +19,7 @@ import torch
 from torch.utils.data import DataLoader as TorchDataLoader
 
 from flowdata.errors import FlowdataError, describe
+from flowdata.loader.accelerate import Prepared
 from flowdata.loader.datasets import BatchView
 from flowdata.loader.order import EpochBatches, EpochSampler
 from flowdata.loader.wire import Batch
@@ -94,6 +95,7 @@ class DataLoader(TorchDataLoader):  # type: ignore[type-arg]
         recorder: Recorder | None = None,
         progress: bool = False,
         seed: int = 0,
+        device: Any = None,
     ):
         self.flow_dataset = dataset
         self._watch: Watch | None = None
@@ -130,10 +132,30 @@ class DataLoader(TorchDataLoader):  # type: ignore[type-arg]
         self.recorder = recorder if recorder is not None else Recorder(Report())
         self.report = self.recorder.report
         self.progress = progress
+        self.device = torch.device(device) if device is not None else None
+        self._device_given = device is not None
         self._served = 0
         self._epoch = 0
         self._resume_at = 0  # set by load_state_dict for the next iteration only
         self._finished = False  # the last iteration ran to the end of its epoch
+
+    _accelerate: Prepared | None = None
+    end_of_dataloader = False  # read by Accelerate (see flowdata.loader.accelerate)
+    remainder = -1
+
+    @property
+    def _is_accelerate_prepared(self) -> bool:
+        # Accelerate's prepare() keeps a loader that says it is prepared as it is, instead
+        # of rebuilding it around its dataset, then marks it: see flowdata.loader.accelerate.
+        return True
+
+    @_is_accelerate_prepared.setter
+    def _is_accelerate_prepared(self, value: bool) -> None:
+        if value and self._accelerate is None:
+            s: Any = self.flow_sampler if self.flow_sampler is not None else self.flow_dataset
+            self._accelerate = Prepared(s.world_size, s.rank)
+            if not self._device_given:
+                self.device = self._accelerate.device
 
     @property
     def streaming(self) -> bool:
@@ -197,19 +219,26 @@ class DataLoader(TorchDataLoader):  # type: ignore[type-arg]
         total = len(self.flow_sampler) if self.flow_sampler is not None else None
         bar = progress_bar(self.progress, total, start, f"epoch {self._epoch}")
         skipped_before = len(self.report.skipped)
+        accelerate = self._accelerate
+        if accelerate is not None:
+            accelerate.begin(self)
         try:
             with sigint_deferred():  # starting the workers forks them (see sigint_deferred)
                 it = super().__iter__()
-            while True:
-                try:
-                    batch = next(it)
-                except StopIteration:
-                    break
+            # The last batch is known before it is delivered (Accelerate reads that): by the
+            # count, or, streaming, by fetching one batch ahead.
+            ahead = accelerate is not None and total is None
+            batch = next(it, None)
+            while batch is not None:
+                following = next(it, None) if ahead else None
                 self._account(batch)
                 self._served += 1
                 if bar is not None:
                     bar.update(1)
-                yield batch.data
+                if accelerate is not None:
+                    self.end_of_dataloader = following is None if ahead else self._served == total
+                yield batch.data if self.device is None else _to_device(batch.data, self.device, self.pin_memory)
+                batch = following if ahead else next(it, None)
         except (RuntimeError, ConnectionError, EOFError) as exc:
             # torch reports a dead worker from its SIGCHLD handler or as a broken queue.
             if isinstance(exc, RuntimeError) and "DataLoader worker" not in str(exc):
@@ -226,6 +255,8 @@ class DataLoader(TorchDataLoader):  # type: ignore[type-arg]
         finally:
             if bar is not None:
                 bar.close()
+            if accelerate is not None:
+                accelerate.end(self)
         new = len(self.report.skipped) - skipped_before
         if new:
             _log.warning("epoch %d: %d samples skipped (%s)", self._epoch, new, self.report.summary())
@@ -335,6 +366,19 @@ class DataLoader(TorchDataLoader):  # type: ignore[type-arg]
         self._resume_at = int(served)  # type: ignore[arg-type]
         self._finished = False
         self._start_at(self._resume_at)
+
+def _to_device(x: Any, device: torch.device, non_blocking: bool) -> Any:
+    """The tensors of a batch (in dicts, lists and tuples, as collated) moved to ``device``."""
+    if isinstance(x, torch.Tensor):
+        return x.to(device, non_blocking=non_blocking)
+    if isinstance(x, dict):
+        return {k: _to_device(v, device, non_blocking) for k, v in x.items()}
+    if isinstance(x, (list, tuple)) and not hasattr(x, "_fields"):
+        return type(x)(_to_device(v, device, non_blocking) for v in x)
+    if isinstance(x, tuple):  # a named tuple
+        return type(x)(*(_to_device(v, device, non_blocking) for v in x))
+    return x
+
 
 def _count(x: object) -> bool:
     return isinstance(x, int) and not isinstance(x, bool) and x >= 0

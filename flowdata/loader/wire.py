@@ -45,13 +45,13 @@ class Batch:
     def __getitem__(self, key: Any) -> Any:
         # Reached only by code that iterates the loader's torch pipeline without the
         # flowdata.DataLoader around it (a library that rebuilt the loader from its
-        # attributes, as Accelerate's prepare() does): say so, instead of a TypeError.
+        # attributes, as Accelerate's skip_first_batches() does): say so, not a TypeError.
         raise FlowdataError(
             f"asked for {key!r} of an internal flowdata batch: the loader was rebuilt around its dataset by "
-            "another library (such as Accelerate's prepare()), which bypasses the flowdata.DataLoader that "
-            "turns batches into dicts and reports skipped and failed samples\n"
-            "  fix: iterate the flowdata.DataLoader itself (it is already sharded by rank) and prepare only "
-            "the model and optimizer"
+            "another library (such as Accelerate's skip_first_batches()), which bypasses the flowdata.DataLoader "
+            "that turns batches into dicts and reports skipped and failed samples\n"
+            "  fix: iterate the flowdata.DataLoader itself; to resume mid-epoch, use its state_dict() and "
+            "load_state_dict() (accelerator.register_for_checkpointing(loader) saves them with save_state())"
         )
 
     @classmethod

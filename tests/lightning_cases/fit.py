@@ -7,6 +7,7 @@ script again for every rank). Prints ``RESULT <rank> <json of the samples seen p
 from __future__ import annotations
 
 import json
+import os
 import sys
 import warnings
 from typing import Any
@@ -56,4 +57,5 @@ if __name__ == "__main__":
     trainer = L.Trainer(max_epochs=3, accelerator="cpu", devices=devices, strategy=strategy, logger=False,
                         enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False)
     trainer.fit(model)
-    print("RESULT", trainer.global_rank, json.dumps(model.seen), flush=True)
+    # One write per line: the ranks share the pipe, and print() may interleave them.
+    os.write(1, f"RESULT {trainer.global_rank} {json.dumps(model.seen)}\n".encode())
