@@ -9,13 +9,18 @@ Write plain functions; parameter names name upstream nodes, annotations are type
     dr.execute(["total"], inputs={"n": 10})
 """
 
+from typing import TYPE_CHECKING
+
 from flowdata.driver import Builder, Driver
 from flowdata.errors import FlowdataError, GraphError, GraphProblem, InputError, MediaError, NodeError, SampleError
-from flowdata.run.executors import Executor, InlineExecutor, ProcessExecutor
 from flowdata.plan import Plan
 from flowdata.reduce import reduce
 from flowdata.report import Report, Skip, TooManySkipped
 from flowdata.types import Collect, Parallel, Sequential
+
+if TYPE_CHECKING:
+    from flowdata.loader import DataLoader
+    from flowdata.run.executors import Executor, InlineExecutor, ProcessExecutor
 
 __all__ = [
     "Builder",
@@ -45,9 +50,14 @@ __version__ = "0.1.0"
 
 
 def __getattr__(name: str) -> object:
-    # The training iterator imports torch: loaded on first use, so `import flowdata` stays light.
+    # Loaded on first use, so that `import flowdata` (and a build, and `flowdata check`)
+    # stays light: the training iterator imports torch, the executors multiprocessing.
     if name == "DataLoader":
         from flowdata.loader import DataLoader
 
         return DataLoader
+    if name in ("Executor", "InlineExecutor", "ProcessExecutor"):
+        from flowdata.run import executors
+
+        return getattr(executors, name)
     raise AttributeError(f"module 'flowdata' has no attribute {name!r}")

@@ -18,7 +18,6 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import inspect
-import logging
 import os
 import sys
 import typing
@@ -171,6 +170,8 @@ def _resolve(fn: Callable[..., Any], config: dict[str, Any]) -> Any:
 @contextmanager
 def _quiet_hamilton() -> Any:
     """Hamilton logs a stack trace before re-raising modifier errors; we report them ourselves."""
+    import logging  # only with Hamilton's resolvers (which import it anyway): a plain build stays light
+
     log = logging.getLogger("hamilton.function_modifiers.base")
     old = log.level
     log.setLevel(logging.CRITICAL)
