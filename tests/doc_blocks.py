@@ -102,7 +102,10 @@ _VARIES = [  # what changes from run to run, and what it is compared as
     (r"0x[0-9a-f]{6,}", "0x..."),  # memory addresses
     (r"\bpid(\(s\))? \d+", r"pid\1 N"),  # process ids
     (r"(/tmp/[A-Za-z_]+-)[a-z0-9_]{8}\b", r"\1XXXXXXXX"),  # tempfile.mkdtemp(prefix=...) folders
+    (r"/tmp/tmp[a-z0-9_]{8}\b", "/tmp/tmpXXXXXXXX"),  # tempfile.mkdtemp() folders
     (r"-[a-z0-9_]{8}\.arrow\b", "-XXXXXXXX.arrow"),  # index files
+    (r"\bpass-[0-9a-f]{32}\b", "pass-KEY"),  # pass-cache entries (the key covers file times)
+    (r"\(key [0-9a-f]{12}\)", "(key KEY)"),
     (r"\b\d+\.\d{3}s\b", "#.###s"),  # node timings of a report
 ]
 
@@ -128,6 +131,15 @@ def _shell_env() -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     env.update(PATH=f"{bin_dir}:{os.environ.get('PATH', '')}", PYTHONUNBUFFERED="1", COLUMNS="100")
     return env
+
+
+def write_files(page_path: Path, folder: Path) -> None:
+    """Writes a page's file blocks into ``folder`` (for a page that uses them)."""
+    for block in blocks(page_path.read_text()):
+        name = re.fullmatch(r"# ([\w/]+\.py)", block.text.split("\n", 1)[0])
+        if block.lang == "python" and name:
+            (folder / name.group(1)).parent.mkdir(parents=True, exist_ok=True)
+            (folder / name.group(1)).write_text(block.text)
 
 
 class Session:

@@ -6,7 +6,8 @@ It reads one JSON request per line on stdin -- ``{"run": code, "name": name}`` o
 its value as ``>>>`` does -- and answers each with one JSON line on its stdout: what the code
 printed (stdout and stderr of the process, its workers included, as one stream) and
 whether it raised. The code runs in one namespace for the whole page, in order, like a
-notebook; an exception prints its traceback as the interpreter would and the page goes on.
+notebook; an exception prints its traceback as the interpreter would (an interactive
+statement's as doctest writes it, its frames elided as ``...``) and the page goes on.
 """
 
 from __future__ import annotations
@@ -45,7 +46,11 @@ def main() -> None:
                 exec(compile(code, name, mode), namespace)
             except BaseException as exc:  # noqa: BLE001 - shown as the interpreter shows it
                 raised = True
-                traceback.print_exception(type(exc), exc, exc.__traceback__.tb_next if exc.__traceback__ else None)
+                if mode == "single":  # as doctest writes it: the frames elided
+                    print("Traceback (most recent call last):\n  ...", file=sys.stderr)
+                    print("".join(traceback.format_exception_only(type(exc), exc)), end="", file=sys.stderr)
+                else:
+                    traceback.print_exception(type(exc), exc, exc.__traceback__.tb_next if exc.__traceback__ else None)
             finally:
                 sys.stdout.flush()
                 sys.stderr.flush()

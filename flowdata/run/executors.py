@@ -197,7 +197,10 @@ class ProcessExecutor:
             # A stop (Ctrl-C, an error, a consumer that had enough) drops what is pending;
             # a worker still computing a chunk nobody will read is ended, not waited for --
             # it may be stuck in a node forever.
-            if not all([f.cancel() or f.done() for f in pending]):
+            # Nothing is cancelled when a worker must be ended: the pool's manager thread marks
+            # every pending future broken then, and on Python 3.11 it dies with an
+            # InvalidStateError (printed to stderr) on one already cancelled.
+            if any(f.running() for f in pending) or not all([f.cancel() or f.done() for f in pending]):
                 self._end_pool()
             # Tasks still queued after a stop fail to read it, and nobody waits for them.
             _remove(path)
@@ -211,7 +214,7 @@ class ProcessExecutor:
         for p in procs:
             if p.is_alive():
                 p.terminate()
-        pool.shutdown(wait=False, cancel_futures=True)
+        pool.shutdown(wait=False)
         deadline = time.monotonic() + 2.0
         for p in procs:
             p.join(max(0.0, deadline - time.monotonic()))
