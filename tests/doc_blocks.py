@@ -107,6 +107,7 @@ _VARIES = [  # what changes from run to run, and what it is compared as
     (r"\bpass-[0-9a-f]{32}\b", "pass-KEY"),  # pass-cache entries (the key covers file times)
     (r"\(key [0-9a-f]{12}\)", "(key KEY)"),
     (r"\b\d+\.\d{3}s\b", "#.###s"),  # node timings of a report
+    (r"slowest: [^\n)]*", "slowest: ..."),  # which nodes were slowest (near-equal ones swap)
 ]
 
 
