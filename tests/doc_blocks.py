@@ -134,13 +134,25 @@ def _shell_env() -> dict[str, str]:
     return env
 
 
+def file_name(block: Block) -> str | None:
+    """``name.py`` of a file block (a python block whose first line is ``# name.py``)."""
+    name = re.fullmatch(r"# ([\w/]+\.py)", block.text.split("\n", 1)[0])
+    return name.group(1) if block.lang == "python" and name else None
+
+
+def write_file(block: Block, folder: Path) -> str | None:
+    """Writes a file block into ``folder``, exactly as shown; returns its name (None: not a file)."""
+    name = file_name(block)
+    if name is not None:
+        (folder / name).parent.mkdir(parents=True, exist_ok=True)
+        (folder / name).write_text(block.text)
+    return name
+
+
 def write_files(page_path: Path, folder: Path) -> None:
     """Writes a page's file blocks into ``folder`` (for a page that uses them)."""
     for block in blocks(page_path.read_text()):
-        name = re.fullmatch(r"# ([\w/]+\.py)", block.text.split("\n", 1)[0])
-        if block.lang == "python" and name:
-            (folder / name.group(1)).parent.mkdir(parents=True, exist_ok=True)
-            (folder / name.group(1)).write_text(block.text)
+        write_file(block, folder)
 
 
 class Session:
@@ -256,7 +268,8 @@ def check_signatures(block: Block) -> list[str]:
         assert isinstance(tree, ast.FunctionDef)
         a = tree.args
         defaults = [none] * (len(a.args) - len(a.defaults)) + [ast.literal_eval(d) for d in a.defaults]
-        shown = {x.arg: (inspect.Parameter.POSITIONAL_OR_KEYWORD, d) for x, d in zip(a.args, defaults)}
+        shown: dict[str, tuple[inspect._ParameterKind, object]] = {
+            x.arg: (inspect.Parameter.POSITIONAL_OR_KEYWORD, d) for x, d in zip(a.args, defaults)}
         shown |= {x.arg: (inspect.Parameter.KEYWORD_ONLY, none if d is None else ast.literal_eval(d))
                   for x, d in zip(a.kwonlyargs, a.kw_defaults)}
         for name, (kind, default) in shown.items():
@@ -294,18 +307,14 @@ def play(page_path: Path, folder: Path, uses: tuple[Path, ...] = ()) -> list[Pla
             output = following if (following is not None and following.lang == ""
                                    and not following.text.startswith(("$ ", ">>> "))
                                    and not page[block.end + 3 : page.rfind("```", 0, following.start)].strip()) else None
-            first = block.text.split("\n", 1)[0]
-            name = re.fullmatch(r"# ([\w/]+\.py)", first)
             how = mark(page, block)
-            if block.lang == "python" and name:
-                path = folder / name.group(1)
-                path.parent.mkdir(parents=True, exist_ok=True)
-                path.write_text(block.text)
+            name = write_file(block, folder)
+            if name is not None:
                 if session is not None:
-                    session.forget(name.group(1)[:-3].replace("/", "."))
+                    session.forget(name[:-3].replace("/", "."))
                 if output is not None and how != "not run":
-                    got, _ = run(f"python {name.group(1)}", folder, 0)
-                    results.append(Played(output, f"python {name.group(1)}", output.text.rstrip("\n"),
+                    got, _ = run(f"python {name}", folder, 0)
+                    results.append(Played(output, f"python {name}", output.text.rstrip("\n"),
                                           located(got, folder, shown_as)))
             elif block.lang == "python":
                 label = f"<{page_path.name} snippet>"

@@ -50,7 +50,6 @@ class Prepared:
     def begin(self, loader: Any) -> None:
         """The loader starts an epoch: Accelerate's gradient state tracks it."""
         loader.end_of_dataloader = False
-        loader.remainder = 0
         self.gradient._add_dataloader(loader)
 
     def end(self, loader: Any) -> None:

@@ -133,7 +133,6 @@ class DataLoader(TorchDataLoader):  # type: ignore[type-arg]
         self.report = self.recorder.report
         self.progress = progress
         self.device = torch.device(device) if device is not None else None
-        self._device_given = device is not None
         self._served = 0
         self._epoch = 0
         self._resume_at = 0  # set by load_state_dict for the next iteration only
@@ -141,7 +140,7 @@ class DataLoader(TorchDataLoader):  # type: ignore[type-arg]
 
     _accelerate: Prepared | None = None
     end_of_dataloader = False  # read by Accelerate (see flowdata.loader.accelerate)
-    remainder = -1
+    remainder = 0  # samples repeated in the last batch to even out the ranks: never any
 
     @property
     def _is_accelerate_prepared(self) -> bool:
@@ -154,7 +153,7 @@ class DataLoader(TorchDataLoader):  # type: ignore[type-arg]
         if value and self._accelerate is None:
             s: Any = self.flow_sampler if self.flow_sampler is not None else self.flow_dataset
             self._accelerate = Prepared(s.world_size, s.rank)
-            if not self._device_given:
+            if self.device is None:  # dataloader(device=...) not given
                 self.device = self._accelerate.device
 
     @property
@@ -373,10 +372,9 @@ def _to_device(x: Any, device: torch.device, non_blocking: bool) -> Any:
         return x.to(device, non_blocking=non_blocking)
     if isinstance(x, dict):
         return {k: _to_device(v, device, non_blocking) for k, v in x.items()}
-    if isinstance(x, (list, tuple)) and not hasattr(x, "_fields"):
-        return type(x)(_to_device(v, device, non_blocking) for v in x)
-    if isinstance(x, tuple):  # a named tuple
-        return type(x)(*(_to_device(v, device, non_blocking) for v in x))
+    if isinstance(x, (list, tuple)):
+        moved = [_to_device(v, device, non_blocking) for v in x]
+        return type(x)(*moved) if hasattr(x, "_fields") else type(x)(moved)  # a named tuple takes fields
     return x
 
 
