@@ -235,15 +235,14 @@ class Driver:
         anything else (one item), it is refused with the call that does what was meant."""
         from flowdata.errors import short_repr
 
-        for name, value in overrides.items():
-            if self.analysis.roles.get(name) is not Role.SOURCE:
-                continue
-            def in_group(n: str) -> bool:
-                return self.analysis.group_of.get(n) == name and self.analysis.roles.get(n) is Role.PER_SAMPLE
+        def in_group(n: str, source: str) -> bool:
+            return self.analysis.group_of.get(n) == source and self.analysis.roles.get(n) is Role.PER_SAMPLE
 
-            per_sample = [o for o in outputs if in_group(o)] or [n for n in self.graph.nodes if in_group(n)][:1]
-            if isinstance(value, (list, tuple)):
-                continue  # the group runs over these items
+        for name, value in overrides.items():
+            if self.analysis.roles.get(name) is not Role.SOURCE or isinstance(value, (list, tuple)):
+                continue  # not a source, or the items its group runs over
+            per_sample = ([o for o in outputs if in_group(o, name)]
+                          or [n for n in self.graph.nodes if in_group(n, name)][:1])
             fix = (f"to run one item through the group, as Hamilton's single-chain idiom does: "
                    f"driver.run_sample({per_sample!r}, item={short_repr(value)})")
             node = self.graph.nodes[name]
@@ -341,11 +340,11 @@ class Driver:
         if chunk_size is not None and (not isinstance(chunk_size, int) or isinstance(chunk_size, bool) or chunk_size < 1):
             raise InputError(f"chunk_size={chunk_size!r}: expected a positive int, or None to adapt")
         outputs = tuple(outputs)
-        self._check_source_overrides(outputs, overrides or {})
         values = self._values(inputs, overrides)
+        replaced = self._replaced(inputs, overrides)  # an input named like a node replaces it too
+        self._check_source_overrides(outputs, {k: values[k] for k in replaced})
         self._warn_unread(inputs or {})
-        plan = make_plan(self.graph, self.analysis, outputs, set(values), self._replaced(inputs, overrides),
-                         allow_per_sample=False)
+        plan = make_plan(self.graph, self.analysis, outputs, set(values), replaced, allow_per_sample=False)
         if report is None:
             report = Report()
         report.max_skipped = max_skipped

@@ -17,7 +17,6 @@ into passes:
 
 from __future__ import annotations
 
-import collections.abc as cabc
 import inspect
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
@@ -26,7 +25,7 @@ from types import MappingProxyType
 from flowdata.errors import GraphProblem, InputError
 from flowdata.graph import BUILTINS, Graph
 from flowdata.node import Node, Role
-from flowdata.types import type_name
+from flowdata.types import is_iterator, type_name
 
 __all__ = ["Analysis", "GroupPlan", "PassPlan", "Plan", "analyze", "make_plan", "pass_levels"]
 
@@ -57,9 +56,7 @@ def _generator_hint(producer: Node | None) -> str:
     """The fix for a generator annotated ``Iterator[T]`` where a source was meant."""
     if producer is None:
         return ""
-    origin = getattr(producer.type, "__origin__", None)
-    iterator = origin in (cabc.Iterator, cabc.Generator, cabc.Iterable, cabc.AsyncIterator)
-    if not (iterator or inspect.isgeneratorfunction(producer.origin or producer.fn)):
+    if not (is_iterator(producer.type) or inspect.isgeneratorfunction(producer.origin or producer.fn)):
         return ""
     args = getattr(producer.type, "__args__", None) or ("T",)
     item = type_name(args[0]) if not isinstance(args[0], str) else args[0]

@@ -31,7 +31,7 @@ from flowdata.types import strip_annotated as _strip
 
 if TYPE_CHECKING:
     from flowdata.node import Node
-from flowdata.types import type_name
+from flowdata.types import is_iterator, type_name
 
 __all__ = ["check_edges", "check_reductions", "collection_element", "compatible", "type_name"]
 
@@ -195,8 +195,8 @@ def check_edges(graph: Graph, per_sample: Callable[[str], bool]) -> list[GraphPr
                     )
                 )
                 continue
-            if p.collect and producer.source is None and get_origin(producer.type) in _ITERATORS:
-                continue  # a generator that was meant as a source: FD202 says so, once
+            if p.collect and not per_sample(p.name) and is_iterator(producer.type):
+                continue  # a whole-valued generator that was meant as a source: FD202 says so, once
             produced = type_name(producer.type)
             problems.append(
                 GraphProblem(
@@ -245,9 +245,6 @@ def _input_conflicts(graph: Graph) -> list[GraphProblem]:
                 )
                 break
     return problems
-
-
-_ITERATORS = (cabc.Iterator, cabc.Generator, cabc.Iterable)
 
 
 def _keeps_samples(name: str, node: Node) -> GraphProblem | None:

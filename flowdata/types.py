@@ -15,6 +15,7 @@ from __future__ import annotations
 import types
 import sys
 import typing
+import collections.abc as cabc
 from collections.abc import Iterable
 from typing import Annotated, Any, Final, Literal, TypeAlias, TypeVar, Union, get_args, get_origin
 
@@ -152,3 +153,8 @@ def _public_module(tp: type) -> str:
             return ".".join(parts[:i])
     return tp.__module__
 
+
+def is_iterator(tp: Any) -> bool:
+    """Whether ``tp`` is an ``Iterator``/``Generator``/``Iterable``/``AsyncIterator``
+    annotation: a generator's, where a ``Parallel`` or ``Sequential`` source may be meant."""
+    return get_origin(tp) in (cabc.Iterator, cabc.Generator, cabc.Iterable, cabc.AsyncIterator)

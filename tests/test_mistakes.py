@@ -59,6 +59,42 @@ def test_a_generator_annotated_as_an_iterator(build: Callable[..., fd.Driver]) -
         """)
 
 
+def test_a_per_sample_iterator_read_as_collect_is_a_type_mismatch(build: Callable[..., fd.Driver]) -> None:
+    # Only a whole-valued generator is left to FD202; a per-sample one is a plain mismatch.
+    with pytest.raises(fd.GraphError, match=r"^1 problem in the graph:\nFD101 type-mismatch: 'total' expects 'parts' as Collect\[int\], but node 'parts' returns Iterator\[int\]"):
+        build("""
+        from collections.abc import Iterator
+        from flowdata import Collect, Parallel
+
+        def row(n: int) -> Parallel[int]:
+            yield from range(n)
+
+        def parts(row: int) -> Iterator[int]:
+            yield row
+
+        def total(parts: Collect[int]) -> int:
+            return sum(1 for _ in parts)
+        """)
+
+
+def test_a_source_given_one_item_through_inputs_gets_the_run_sample_fix(build: Callable[..., fd.Driver]) -> None:
+    dr = build("""
+    from flowdata import Collect, Parallel
+
+    def rows(n: int) -> Parallel[int]:
+        yield from range(n)
+
+    def double(rows: int) -> int:
+        return rows * 2
+
+    def total(double: Collect[int]) -> int:
+        return sum(double)
+    """)
+    with pytest.raises(fd.InputError, match=r"cannot override source 'rows' \(.*\): it yields the samples of its group(.|\n)*fix: .*driver.run_sample\(\['double'\], item=5\)"):
+        dr.execute(["total"], inputs={"rows": 5})
+    assert dr.execute(["total"], inputs={"rows": [1, 2]}) == {"total": 6}  # its items, as with overrides=
+
+
 UNSUPPORTED = """
 from flowdata import Parallel
 
