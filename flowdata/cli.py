@@ -63,8 +63,9 @@ def _pairs(items: Sequence[str] | None, what: str) -> dict[str, Any]:
     return out
 
 
-def _typed(values: dict[str, Any], raw: Sequence[str] | None, graph: Any) -> dict[str, Any]:
-    """``--input`` values read by the annotations of the parameters that read them."""
+def _inputs(raw: Sequence[str] | None, graph: Any) -> dict[str, Any]:
+    """The ``--input`` values, read by the annotations of the parameters that read them."""
+    values = _pairs(raw, "input")
     texts = {k: v for k, _, v in (item.partition("=") for item in raw or ())}
     out = dict(values)
     for key, value in values.items():
@@ -170,11 +171,11 @@ def _expand(names: Sequence[str]) -> list[str]:
     out: list[str] = []
     for name in names:
         if os.path.isdir(name):
-            found = sorted(
-                os.path.join(root, f) for root, dirs, files in os.walk(name) for f in files
-                if f.endswith(".py") and not f.startswith(("_", "test_"))
-                and not any(part.startswith(".") for part in os.path.relpath(root, name).split(os.sep) if part != ".")
-            )
+            found = []
+            for root, dirs, files in os.walk(name):
+                dirs[:] = [d for d in dirs if not d.startswith(".")]  # .git, .venv: not walked at all
+                found += [os.path.join(root, f) for f in files if f.endswith(".py") and not f.startswith(("_", "test_"))]
+            found.sort()
             if not found:
                 raise _ModuleLoadError(f"folder {name!r} holds no module (.py file)")
             out.extend(found)
@@ -208,9 +209,10 @@ class _UsageError(Exception):
 
 def _check(args: argparse.Namespace) -> int:
     modules = _load(args.modules)
-    compiled = compile_modules(modules, _pairs(args.config, "config"))
+    config = _pairs(args.config, "config")
+    compiled = compile_modules(modules, config)
     problems = compiled.problems
-    warned = inputs_like_nodes(compiled.graph, _pairs(args.config, "config"))
+    warned = inputs_like_nodes(compiled.graph, config)
     if args.format == "json":
         print(json.dumps({"ok": not problems, "problems": [p.to_dict() for p in problems], "warnings": warned},
                          indent=2))
@@ -235,7 +237,7 @@ def _driver(args: argparse.Namespace) -> Any:
 def _run(args: argparse.Namespace) -> int:
     outputs = _outputs(args.outputs)
     driver = _driver(args)
-    inputs = _typed(_pairs(args.input, "input"), args.input, driver.graph)
+    inputs = _inputs(args.input, driver.graph)
     _print_values(driver.execute(outputs, inputs=inputs, executor=args.executor), args.format)
     return 0
 
@@ -243,14 +245,14 @@ def _run(args: argparse.Namespace) -> int:
 def _plan(args: argparse.Namespace) -> int:
     outputs = _outputs(args.outputs)
     driver = _driver(args)
-    print(driver.plan(outputs, _typed(_pairs(args.input, "input"), args.input, driver.graph)))
+    print(driver.plan(outputs, _inputs(args.input, driver.graph)))
     return 0
 
 
 def _sample(args: argparse.Namespace) -> int:
     outputs = _outputs(args.outputs)
     driver = _driver(args)
-    inputs = _typed(_pairs(args.input, "input"), args.input, driver.graph)
+    inputs = _inputs(args.input, driver.graph)
     _print_values(driver.run_sample(outputs, index=args.index, inputs=inputs), args.format)
     return 0
 

@@ -35,7 +35,7 @@ from flowdata.types import MarkerKind, read_marker
 __all__ = ["Program", "discover", "function_location", "import_file", "load_program", "program_of"]
 
 
-def _uses_hamilton(modules: Iterable[ModuleType]) -> bool:
+def _uses_hamilton() -> bool:
     """Whether Hamilton must resolve the modules' functions: it is imported (a module that
     uses a Hamilton modifier or marker imported it), or ``FLOWDATA_HAMILTON=1`` asks."""
     return "hamilton" in sys.modules or os.environ.get("FLOWDATA_HAMILTON") == "1"
@@ -97,8 +97,7 @@ def discover(
         The nodes in a stable order, and the problems found while reading them (missing
         annotations, misused markers, duplicate names, modifiers that failed).
     """
-    modules = list(modules)
-    hamilton = _uses_hamilton(modules)
+    hamilton = _uses_hamilton()
     nodes: dict[str, Node] = {}
     problems: list[GraphProblem] = []
     for module in modules:
@@ -145,20 +144,20 @@ def discover(
     return tuple(nodes.values()), tuple(problems)
 
 
-def _modifier_problem(fn: Callable[..., Any], exc: Exception) -> GraphProblem:
+def _fn_problem(fn: Callable[..., Any], code: str, title: str, message: str, fix: str, **more: str) -> GraphProblem:
+    """A problem of one function, located at its ``file:line``."""
     file, line = function_location(fn)
+    return GraphProblem(code=code, title=title, message=message, node=fn.__name__, locations=(f"{file}:{line}",),
+                        fix=fix, **more)
+
+
+def _modifier_problem(fn: Callable[..., Any], exc: Exception) -> GraphProblem:
     fix = "check the decorator's arguments against Hamilton's documentation"
     if isinstance(exc, KeyError) and exc.args:
         # Modifiers read config keys; a missing key surfaces as a bare KeyError.
         fix = f"the decorator reads config key {exc.args[0]!r}: set it with .with_config({{{exc.args[0]!r}: ...}})"
-    return GraphProblem(
-        code="FD002",
-        title="modifier-error",
-        message=f"function '{fn.__name__}' could not be expanded: {describe(exc)}",
-        node=fn.__name__,
-        locations=(f"{file}:{line}",),
-        fix=fix,
-    )
+    return _fn_problem(fn, "FD002", "modifier-error", f"function '{fn.__name__}' could not be expanded: {describe(exc)}",
+                       fix)
 
 
 def _resolve(fn: Callable[..., Any], config: dict[str, Any]) -> Any:
@@ -203,15 +202,9 @@ def _missing_annotations(fn: Callable[..., Any]) -> GraphProblem | None:
     try:
         hints = typing.get_type_hints(fn, include_extras=True)
     except Exception as exc:  # e.g. a forward reference that does not resolve
-        file, line = function_location(fn)
-        return GraphProblem(
-            code="FD001",
-            title="missing-annotation",
-            message=f"the annotations of '{fn.__name__}' cannot be read: {describe(exc)}",
-            node=fn.__name__,
-            locations=(f"{file}:{line}",),
-            fix="import every name used in the annotations at module level",
-        )
+        return _fn_problem(fn, "FD001", "missing-annotation",
+                           f"the annotations of '{fn.__name__}' cannot be read: {describe(exc)}",
+                           "import every name used in the annotations at module level")
     sig = inspect.signature(fn)
     lacking = [
         p.name
@@ -222,48 +215,31 @@ def _missing_annotations(fn: Callable[..., Any]) -> GraphProblem | None:
     if not lacking and not no_return:
         return None
     what = [f"parameter '{n}'" for n in lacking] + (["the return value"] if no_return else [])
-    file, line = function_location(fn)
-    return GraphProblem(
-        code="FD001",
-        title="missing-annotation",
-        message=f"function '{fn.__name__}' has no type for {', '.join(what)}",
-        node=fn.__name__,
-        locations=(f"{file}:{line}",),
-        expected="every parameter and the return value annotated",
-        actual=f"{fn.__name__}{sig}",
-        fix="annotate it, e.g. 'def f(x: int) -> float'",
-    )
+    return _fn_problem(fn, "FD001", "missing-annotation", f"function '{fn.__name__}' has no type for {', '.join(what)}",
+                       "annotate it, e.g. 'def f(x: int) -> float'",
+                       expected="every parameter and the return value annotated", actual=f"{fn.__name__}{sig}")
 
 
 def _unsupported(fn: Callable[..., Any]) -> GraphProblem | None:
     """FD006 for ``async def`` nodes and FD007 for ``*args``/``**kwargs``: neither can be a node."""
-    file, line = function_location(fn)
     if inspect.iscoroutinefunction(fn) or inspect.isasyncgenfunction(fn):
-        return GraphProblem(
-            code="FD006",
-            title="async-node",
-            message=f"function '{fn.__name__}' is an async def: flowdata calls nodes synchronously, "
+        return _fn_problem(
+            fn, "FD006", "async-node",
+            f"function '{fn.__name__}' is an async def: flowdata calls nodes synchronously, "
             "so it would hand back an un-awaited coroutine",
-            node=fn.__name__,
-            locations=(f"{file}:{line}",),
-            expected="a plain def",
-            actual=f"async def {fn.__name__}",
-            fix="make it a plain def; for concurrent I/O, run the requests inside it (asyncio.run(...)) "
+            "make it a plain def; for concurrent I/O, run the requests inside it (asyncio.run(...)) "
             "or let executor='processes' run samples in parallel",
+            expected="a plain def", actual=f"async def {fn.__name__}",
         )
     sig = inspect.signature(fn)
     variadic = [p for p in sig.parameters.values() if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
     if variadic:
         shown = ", ".join(("*" if p.kind is p.VAR_POSITIONAL else "**") + p.name for p in variadic)
-        return GraphProblem(
-            code="FD007",
-            title="variadic-parameters",
-            message=f"function '{fn.__name__}' takes {shown}: a node's parameters name the nodes it reads",
-            node=fn.__name__,
-            locations=(f"{file}:{line}",),
-            expected="named parameters only",
-            actual=f"{fn.__name__}{sig}",
-            fix="name each value it reads as a parameter, or make it a private helper (a leading '_')",
+        return _fn_problem(
+            fn, "FD007", "variadic-parameters",
+            f"function '{fn.__name__}' takes {shown}: a node's parameters name the nodes it reads",
+            "name each value it reads as a parameter, or make it a private helper (a leading '_')",
+            expected="named parameters only", actual=f"{fn.__name__}{sig}",
         )
     return None
 
