@@ -171,12 +171,6 @@ def inputs_like_nodes(graph: Graph, config: Mapping[str, Any]) -> list[str]:
     return found
 
 
-def _check_timeout(timeout: object) -> float | None:
-    from flowdata.run.deadline import check_timeout
-
-    return check_timeout(timeout)
-
-
 def _plural_pair(a: str, b: str) -> bool:
     """``row``/``rows``, ``batch``/``batches``: one name is the other's plural."""
     short, long = sorted((a, b), key=len)
@@ -185,8 +179,6 @@ def _plural_pair(a: str, b: str) -> bool:
 
 def _user_stacklevel() -> int:
     """The stacklevel of the first frame outside flowdata (the user's call)."""
-    import sys
-
     here = os.path.dirname(os.path.abspath(__file__))
     frame, level = sys._getframe(1), 1
     while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(here):
@@ -416,6 +408,7 @@ class Driver:
         ``accelerator.device``. See docs/training.md.
         """
         from flowdata.loader.build import LoaderOptions, build_loader
+        from flowdata.run.deadline import check_timeout
 
         rank, world_size = _ranks(rank, world_size)
         options = LoaderOptions(
@@ -423,7 +416,7 @@ class Driver:
             streaming=streaming, shuffle_buffer=shuffle_buffer, on_error=on_error, max_skipped=max_skipped,
             cache_dir=cache_dir, collate_fn=collate_fn, progress=progress, num_workers=num_workers,
             multiprocessing_context=multiprocessing_context, executor=executor,
-            timeout=_check_timeout(timeout),
+            timeout=check_timeout(timeout),
         )
         return build_loader(self, tuple(outputs), inputs, options, prefetch_factor=prefetch_factor,
                             pin_memory=pin_memory, persistent_workers=persistent_workers,

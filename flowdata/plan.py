@@ -421,11 +421,10 @@ def _check_outputs(
             )
 
 
-def _needed(graph: Graph, outputs: tuple[str, ...], overrides: Collection[str], analysis: Analysis | None = None
-            ) -> frozenset[str]:
+def _needed(graph: Graph, outputs: tuple[str, ...], overrides: Collection[str], analysis: Analysis) -> frozenset[str]:
     """What the outputs need, stopping at overrides. An overridden source stays (its group
     runs over the items given), but not what it reads."""
-    given_sources = {o for o in overrides if analysis is not None and analysis.roles.get(o) is Role.SOURCE}
+    given_sources = {o for o in overrides if analysis.roles.get(o) is Role.SOURCE}
     return graph.ancestors(outputs, stop=overrides) - (set(overrides) - given_sources)
 
 

@@ -258,7 +258,7 @@ def _keeps_samples(name: str, node: Node) -> GraphProblem | None:
     if getattr(spec.cls, "check_samples", None) is None:
         return None
     try:
-        reducer = spec.cls(**spec.options)
+        reducer = spec.make()
     except Exception:
         return None
     try:

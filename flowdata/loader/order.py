@@ -94,12 +94,16 @@ class EpochBatches(Sampler[list[int]]):
             cut.pop()
         return cut
 
-    def __len__(self) -> int:
-        # A count needs no permutation (this runs at every epoch start, besides batches()).
+    def samples(self) -> int:
+        """This rank's samples per epoch, counted without a permutation."""
         n = len(self.indices)
         if self.drop_last:
             n -= n % (self.batch_size * self.world_size)
-        n = max(0, -(-(n - self.rank) // self.world_size))
+        return max(0, -(-(n - self.rank) // self.world_size))
+
+    def __len__(self) -> int:
+        # A count needs no permutation (this runs at every epoch start, besides batches()).
+        n = self.samples()
         return n // self.batch_size if self.drop_last else -(-n // self.batch_size)
 
     def __iter__(self) -> Iterator[list[int]]:
@@ -155,7 +159,7 @@ class EpochSampler(DistributedSampler):  # type: ignore[type-arg]
         return (i for batch in self.batches.batches() for i in batch)
 
     def __len__(self) -> int:
-        return sum(len(b) for b in self.batches.batches())
+        return self.batches.samples()
 
 
 def stream_batches(

@@ -105,7 +105,7 @@ class UnitCutter:
 
     __slots__ = ("_block", "_bytes", "_indices", "_on_bad", "_pending", "_spec", "state")
 
-    def __init__(self, spec: Any, block: int = 0, on_bad: OnBad | None = None):
+    def __init__(self, spec: Any, block: int, on_bad: OnBad | None = None):
         self._spec = spec
         self._block = block
         self._on_bad = on_bad
@@ -114,7 +114,7 @@ class UnitCutter:
         self._indices: list[int] = []
         self._bytes = 0
 
-    def add_value(self, value: Any, nbytes: int, index: int = -1) -> None:
+    def add_value(self, value: Any, nbytes: int, index: int) -> None:
         """Takes the next value of the block (sample ``index``)."""
         if self._pending and self._bytes + nbytes > FOLD_BYTES:
             self._flush()
@@ -156,7 +156,7 @@ class UnitCutter:
             self.state.merge(reducer)
 
 
-def fold_block(spec: Any, values: Iterable[Any], indices: Iterable[int], block: int = 0) -> Any:
+def fold_block(spec: Any, values: Iterable[Any], indices: Iterable[int], block: int) -> Any:
     """The reducer of one block's values (None when there are none); ``indices`` are theirs.
 
     Raises:
@@ -205,9 +205,9 @@ class Folder:
     ``on_bad`` is told of a loose value the reducer cannot fold (see :class:`UnitCutter`).
     """
 
-    def __init__(self, spec: Any, on_bad: OnBad | None = None):
+    def __init__(self, spec: Any):
         self.spec = spec
-        self.on_bad = on_bad
+        self.on_bad: OnBad | None = None  # set by the consumer that applies on_error
         self.total = spec.fresh()
         check = getattr(self.total, "check_samples", None)
         if check is not None:  # options given by whole values, unknown when the graph was built

@@ -141,7 +141,7 @@ def failure_error(f: Failure, group: str, pass_: int, worker: str) -> NodeError:
         err = NodeError(f.node, f.location, f"{f.detail} (while folding {f.item})")
     else:
         err = SampleError(f.node, f.location, f.detail, index=f.index, item=f.item, group=group,
-                          pass_=pass_, worker=worker, reproduce=f.reproduce or None)
+                          pass_=pass_, worker=worker, reproduce=f.reproduce)
         if worker != "main" and f.traceback_text:
             cause.add_note(f"traceback in worker {worker}:\n{f.traceback_text.rstrip()}")
     err.__cause__ = cause
