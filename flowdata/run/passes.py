@@ -94,13 +94,14 @@ class Recorder:
             self.report.skipped.extend(fresh)
             self.report.check(total=None)
 
-    def fold_failed(self, group: str, pass_: int, failure: Failure) -> None:
-        """Records a sample whose value a reduction in this process could not fold: raises
-        under ``"raise"``; under ``"skip"``, the sample (already counted as seen) is skipped."""
+    def failed(self, group: str, pass_: int, failure: Failure, worker: str = "main", counted: bool = False) -> None:
+        """Records one failed sample: raises under ``"raise"``; under ``"skip"`` the sample is
+        skipped (``counted``: it was counted as seen already, as a value a reduction in this
+        process could not fold)."""
         if self.skip:
-            self.record(group, pass_, -1, {}, [failure], None, "main")
+            self.record(group, pass_, -1 if counted else 0, {}, [failure], None, worker)
         else:
-            self.record(group, pass_, 0, {}, [], failure, "main")
+            self.record(group, pass_, 0, {}, [], failure, worker)
 
     def check(self, group: str, pass_: int, result: ChunkResult) -> ChunkResult:
         """Records a chunk; raises its failure, if it has one."""
@@ -278,9 +279,7 @@ class Engine:
         failure = failure_of(self.nodes[name], stuck.index, item,
                              stuck.error(spec.timeout, "worker process", " and replaced"))
         worker = f"pid {stuck.pid}"
-        rec = self.recorder
-        rec.record(spec.group, spec.number, 0, {}, [failure] if rec.skip else [], None if rec.skip else failure,
-                   worker)
+        self.recorder.failed(spec.group, spec.number, failure, worker)
 
     def _sequential(self, spec: PassSpec, whole: Mapping[str, Any], items: Iterator[Any]) -> Iterator[ChunkResult]:
         """One sample at a time, in this process (see :mod:`flowdata.run.sequential`)."""
@@ -291,7 +290,7 @@ class Engine:
 
         def failed(f: Failure) -> None:
             # A skip is recorded and the stream goes on; under "raise" this raises.
-            rec.record(group, spec.number, 0, {}, [f] if rec.skip else [], None if rec.skip else f, "main")
+            rec.failed(group, spec.number, f)
 
         stream = SequentialStream(self.nodes, spec, whole, items, rec.skipped(group), report, failed)
         return stream  # type: ignore[return-value]  # one-sample chunks read like ChunkResults

@@ -246,7 +246,7 @@ class Run:
             def bad(spec: FoldSpec, index: int, item: Any, error: BaseException) -> None:
                 failure = dataclasses.replace(failure_of(self.graph.nodes[spec.node], index, item, error),
                                               reproduce=spec.column)
-                recorder.fold_failed(group.source, pass_.number, failure)
+                recorder.failed(group.source, pass_.number, failure, counted=True)
 
             folders = [_folder(self.graph.nodes[f.node], f) for f in folds]
             jobs.append(functools.partial(reduce_all, folders, bad=bad))

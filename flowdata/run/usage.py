@@ -29,6 +29,7 @@ import ast
 import functools
 import inspect
 import textwrap
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -47,6 +48,10 @@ _LAZY = frozenset({"enumerate", "zip", "map", "filter", "iter", "islice", "chain
                    "itertools.chain"})
 _SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)
 _LOOPS = (ast.For, ast.AsyncFor, ast.While)
+# Python 3.11 keeps the AST constructor's recursion count in state shared by all threads, so
+# two ast.parse calls that overlap (Collect consumers decide in their own threads) can fail
+# with "SystemError: AST constructor recursion depth mismatch": parses take turns.
+_PARSING = threading.Lock()
 
 
 def streamable(fn: Callable[..., Any] | None, param: str, *, source: bool = False) -> bool:
@@ -72,7 +77,9 @@ def _streamable(fn: Callable[..., Any], param: str, source: bool) -> bool:
 
 def _decide(fn: Callable[..., Any], param: str, source: bool) -> bool:
     try:
-        tree = ast.parse(textwrap.dedent(inspect.getsource(fn)))
+        text = textwrap.dedent(inspect.getsource(fn))
+        with _PARSING:
+            tree = ast.parse(text)
     except (OSError, TypeError, SyntaxError, IndentationError):
         return False
     defs = [n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]
