@@ -155,9 +155,8 @@ def run_chunk(
     t0 = time.perf_counter()
     if span is None:
         span = (indices[0], indices[-1] + 1) if len(indices) else (0, 0)
-    skipped: list[Failure] = []
     with guarded_calls(spec.timeout, spec.watch if worker != "main" else None) as bounded:
-        result, indices = _compute_all(nodes, spec, whole, indices, items, worker, skip, skipped, bounded, span)
+        result, skipped = _compute_all(nodes, spec, whole, indices, items, worker, skip, bounded, span)
     result.span, result.skipped = span, skipped
     if spec.folds and result.failure is None:
         for fold in spec.folds:
@@ -175,18 +174,17 @@ def _compute_all(
     items: Sequence[Any],
     worker: str,
     skip: bool,
-    skipped: list[Failure],
     bounded: Callable[..., Callable[..., Any]] | None,
     span: tuple[int, int],
-) -> tuple[ChunkResult, Sequence[int]]:
-    """The chunk computed, with failing samples left out under ``skip``; and the indices kept."""
+) -> tuple[ChunkResult, list[Failure]]:
+    """The chunk computed, with failing samples left out under ``skip``; and those left out."""
+    skipped: list[Failure] = []
     while True:
         result = _compute(nodes, spec, whole, indices, items, worker, bounded)
         if result.failure is None and spec.folds:
             result.failure = non_finite(nodes, spec, result.columns, indices, items)
             if result.failure is None:
-                result.span = span
-                result.failure = _fold(spec, result, indices, items)
+                result.failure = _fold(spec, result, span, indices, items)
         if result.failure is None or not skip:
             break
         # Leave the failing sample out and compute the chunk again without it.
@@ -194,7 +192,7 @@ def _compute_all(
         skipped.append(result.failure)
         indices = [*indices[:pos], *indices[pos + 1 :]]
         items = [*items[:pos], *items[pos + 1 :]]
-    return result, indices
+    return result, skipped
 
 
 def _compute(
@@ -262,7 +260,8 @@ def _failure(node: str, location: str, index: int, item: Any, exc: BaseException
     )
 
 
-def _fold(spec: PassSpec, result: ChunkResult, indices: Sequence[int], items: Sequence[Any]) -> Failure | None:
+def _fold(spec: PassSpec, result: ChunkResult, span: tuple[int, int], indices: Sequence[int],
+          items: Sequence[Any]) -> Failure | None:
     """Folds the chunk's values; the failure of a value the reducer cannot fold, if any.
 
     A value the reducer refuses is that sample's failure, named by the reduction (raised or
@@ -270,7 +269,7 @@ def _fold(spec: PassSpec, result: ChunkResult, indices: Sequence[int], items: Se
     """
     for fold in spec.folds:
         try:
-            result.pieces[fold.node] = pieces_of(fold, result.span, indices, result.columns[fold.column])
+            result.pieces[fold.node] = pieces_of(fold, span, indices, result.columns[fold.column])
         except BlockError as err:
             cause = err.__cause__ if isinstance(err.__cause__, Exception) else err
             if isinstance(err, ValueFoldError):
