@@ -250,7 +250,7 @@ class Driver:
 
     def _warn_unread(self, inputs: Mapping[str, Any], stacklevel: int = 4) -> None:
         """Warns about inputs no node reads: usually a misspelt name whose default was used."""
-        unread = [k for k in inputs if k not in self.graph.inputs and k not in self.graph.nodes]
+        unread = self.graph.unread(inputs)
         if not unread:
             return
         hints = []

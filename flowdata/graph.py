@@ -79,6 +79,10 @@ class Graph:
             return ()
         return tuple(p.name for p in node.params if p.name in self.nodes)
 
+    def unread(self, given: Iterable[str]) -> list[str]:
+        """The names in ``given`` that are neither an input nor a node: nothing reads them."""
+        return [k for k in given if k not in self.inputs and k not in self.nodes]
+
     def ancestors(self, names: Iterable[str], stop: Collection[str] = ()) -> frozenset[str]:
         """``names`` and every node they depend on, transitively (inputs left out).
 

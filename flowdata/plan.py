@@ -332,7 +332,7 @@ def make_plan(
         import difflib
 
         lines = []
-        unread = [k for k in inputs if k not in graph.inputs and k not in graph.nodes]
+        unread = graph.unread(inputs)
         for name in missing:
             readers = [f"{n.name} ({n.location})" for n, p in graph.inputs[name].readers
                        if n.name in called and not p.optional]  # those with no default for it
