@@ -31,7 +31,7 @@ from flowdata.typecheck import check_edges, check_reductions
 if TYPE_CHECKING:
     import torch
 
-    from flowdata.loader import DataLoader, PassDataset, StreamDataset
+    from flowdata.loader import DataLoader, LaneDataset, PassDataset, StreamDataset
 
 __all__ = ["Builder", "Driver", "InputLikeNodeWarning", "UnreadInputWarning", "compile_modules", "inputs_like_nodes",
            "load_module"]
@@ -355,7 +355,7 @@ class Driver:
         seed: int = 0,
         on_error: str = "raise",
         cache_dir: str | os.PathLike[str] | None = None,
-    ) -> PassDataset | StreamDataset:
+    ) -> PassDataset | StreamDataset | LaneDataset:
         """The torch ``Dataset`` under ``dataloader()``: ``dataset[i]`` is sample ``i``'s
         outputs (statistics of earlier passes computed first, inline)."""
         from flowdata.loader.build import LoaderOptions, build_dataset

@@ -37,8 +37,9 @@ from flowdata.run.executors import Executor, InlineExecutor, ProcessExecutor, re
 from flowdata.run.kernel import PassSpec
 from flowdata.run.passes import Engine, Recorder, on_error_mode
 from flowdata.run.scheduler import Run
+from flowdata.run.shards import ShardedSource
 from flowdata.run.source import indexed
-from flowdata.loader.datasets import PassDataset, StreamDataset
+from flowdata.loader.datasets import LaneDataset, PassDataset, StreamDataset
 from flowdata.loader.dataloader import DataLoader, progress_bar
 from flowdata.loader.order import EpochBatches
 
@@ -99,9 +100,21 @@ def _writable(directory: str | None) -> str | None:
     return directory
 
 
+def _say_fallback(source: str, shards: int, options: LoaderOptions) -> None:
+    """Logs, once, that a stream has fewer shards than consumers (rows are read again)."""
+    workers = max(1, options.num_workers)
+    consumers = options.world_size * workers
+    if shards < consumers:
+        _log.info(
+            "source '%s' has %d shard(s) for %d consumers (%d rank(s) x %d worker(s)): each consumer reads a "
+            "whole shard and keeps its share of the rows, so every row is read about %d times and delivered "
+            "once; give the stream at least %d shards to read each row once",
+            source, shards, consumers, options.world_size, workers, -(-consumers // shards), consumers)
+
+
 def build_dataset(
     driver: Driver, outputs: Sequence[str], inputs: Mapping[str, Any] | None, options: LoaderOptions
-) -> tuple[PassDataset | StreamDataset, list[int], dict[str, Any], Recorder]:
+) -> tuple[PassDataset | StreamDataset | LaneDataset, list[int], dict[str, Any], Recorder]:
     """Plans the call, computes what the last pass reads, and makes its dataset.
 
     Returns the dataset, the sample indices to iterate (map-style; those skipped in the
@@ -145,9 +158,18 @@ def build_dataset(
         cache = ReductionCache(PassCache(cache_dir), driver.graph.nodes, driver.program) if cache_dir else None
         run = Run(driver.graph, analysis, plan, values, engine, cache)
         index = None
-        if not streaming:
-            index = indexed(run.open_source(group), _writable(cache_dir))
-            run.use_source(group.source, index)
+        sharded = None
+        if group.kind == "parallel":
+            # Called here once (a function returning a stream is cheap to call): what it
+            # returns decides how the epochs read it.
+            opened = run.open_source(group)
+            if isinstance(opened, ShardedSource):
+                sharded = opened
+                run.use_source(group.source, sharded)  # the statistics pass streams it once, here
+                _say_fallback(group.source, sharded.num_shards, options)
+            elif not streaming:
+                index = indexed(opened, _writable(cache_dir))
+                run.use_source(group.source, index)
         bar = progress_bar(options.progress, len(index.items) if index is not None else None, 0, "statistics",
                            unit="sample")
         if bar is not None:
@@ -166,9 +188,17 @@ def build_dataset(
     spec = PassSpec(group.source, pass_.number, pass_.computes, outputs, seed=options.seed, timeout=options.timeout)
     skip = on_error == "skip"
     skipped = recorder.skipped(group.source)
-    dataset: PassDataset | StreamDataset
+    dataset: PassDataset | StreamDataset | LaneDataset
     indices: list[int] = []
-    if index is None:
+    if sharded is not None:
+        dataset = LaneDataset(
+            driver.program, spec, whole, outputs, sharded.data, seed=options.seed, skip=skip,
+            collate_fn=options.collate_fn, batch_size=options.batch_size, drop_last=options.drop_last,
+            shuffle=options.shuffle, shuffle_buffer=options.shuffle_buffer, rank=options.rank,
+            world_size=options.world_size, nodes=driver.graph.nodes,
+        )
+        dataset.exclude = skipped
+    elif index is None:
         dataset = StreamDataset(
             driver.program, spec, whole, outputs, seed=options.seed, skip=skip, collate_fn=options.collate_fn,
             batch_size=options.batch_size, drop_last=options.drop_last, shuffle=options.shuffle,

@@ -20,7 +20,8 @@ from torch.utils.data import DataLoader as TorchDataLoader
 
 from flowdata.errors import FlowdataError, describe
 from flowdata.loader.accelerate import Prepared
-from flowdata.loader.datasets import BatchView
+from flowdata.loader.datasets import BatchView, LaneDataset
+from flowdata.loader.lanes import Lane, served_of
 from flowdata.loader.order import EpochBatches, EpochSampler
 from flowdata.loader.wire import Batch
 from flowdata.report import Report
@@ -134,6 +135,8 @@ class DataLoader(TorchDataLoader):  # type: ignore[type-arg]
         self.progress = progress
         self.device = torch.device(device) if device is not None else None
         self._served = 0
+        self._lane_served: dict[int, int] = {}  # a stream in shards: batches served of each lane
+        self._resume_lanes: tuple[list[Lane], dict[int, int]] | None = None  # set by load_state_dict
         self._epoch = 0
         self._resume_at = 0  # set by load_state_dict for the next iteration only
         self._finished = False  # the last iteration ran to the end of its epoch
@@ -194,6 +197,11 @@ class DataLoader(TorchDataLoader):  # type: ignore[type-arg]
         if self.flow_sampler is not None:
             self.flow_sampler.epoch = self._epoch
             self.flow_sampler.start = batch
+        elif isinstance(self.flow_dataset, LaneDataset):
+            self.flow_dataset.epoch = self._epoch
+            lanes, done = self._resume_lanes if batch and self._resume_lanes is not None else (None, {})
+            self.flow_dataset.lanes, self.flow_dataset.done = lanes, dict(done)
+            self._lane_served = dict(done)
         else:
             self.flow_dataset.epoch = self._epoch
             self.flow_dataset.skip_batches = batch
@@ -265,6 +273,8 @@ class DataLoader(TorchDataLoader):  # type: ignore[type-arg]
     def _account(self, batch: Batch) -> None:
         if batch.error is not None:
             raise batch.error.with_traceback(None)
+        if batch.lane is not None:
+            self._lane_served[batch.lane] = self._lane_served.get(batch.lane, 0) + 1
         spec = self.flow_dataset.spec
         try:
             self.recorder.record(spec.group, spec.number, len(batch.indices), batch.node_seconds, batch.skipped,
@@ -315,7 +325,9 @@ class DataLoader(TorchDataLoader):  # type: ignore[type-arg]
                 "drop_last": s.drop_last,
             }
         d: Any = self.flow_dataset
+        shards = {"num_shards": d.num_shards} if isinstance(d, LaneDataset) else {}
         return {
+            **shards,
             "shuffle_buffer": d.shuffle_buffer,
             "streaming": True,
             "seed": d.seed,
@@ -335,7 +347,15 @@ class DataLoader(TorchDataLoader):  # type: ignore[type-arg]
         """
         if self._finished:
             return {"version": 1, "epoch": self._epoch + 1, "batches_served": 0, **self._identity_state()}
-        return {"version": 1, "epoch": self._epoch, "batches_served": self._served, **self._identity_state()}
+        state = {"version": 1, "epoch": self._epoch, "batches_served": self._served, **self._identity_state()}
+        d = self.flow_dataset
+        if isinstance(d, LaneDataset) and self._served:
+            # The position of a stream in shards: batches served of each of this rank's lanes
+            # (their layout saved too, so that any number of workers can take them over).
+            lanes = d.lanes if d.lanes is not None else d.rank_lanes(max(1, self.num_workers))
+            state["lanes"] = {str(lane.number): lane.to_state() for lane in lanes}
+            state["lane_batches"] = {str(k): v for k, v in sorted(self._lane_served.items())}
+        return state
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Resumes at the batch after the last one served, without recomputing earlier ones.
@@ -361,10 +381,28 @@ class DataLoader(TorchDataLoader):  # type: ignore[type-arg]
                 + (f" of {total} batches per epoch" if total is not None else "") + ")\n"
                 "  fix: pass a state_dict() of a flowdata.DataLoader as it was saved"
             )
+        self._resume_lanes = None
+        if isinstance(self.flow_dataset, LaneDataset) and served:
+            self._resume_lanes = _saved_lanes(state, int(served))
         self._epoch = int(epoch)  # type: ignore[arg-type]
         self._resume_at = int(served)  # type: ignore[arg-type]
         self._finished = False
         self._start_at(self._resume_at)
+
+def _saved_lanes(state: Mapping[str, Any], served: int) -> tuple[list[Lane], dict[int, int]]:
+    """The lanes and their served batches of a stream in shards' ``state_dict()``."""
+    try:
+        lanes = [Lane.from_state(int(k), v) for k, v in sorted(state["lanes"].items(), key=lambda kv: int(kv[0]))]
+        done = served_of(state["lane_batches"])
+        if sum(done.values()) != served or not set(done) <= {lane.number for lane in lanes}:
+            raise ValueError("the batches served of each lane do not add up")
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        raise FlowdataError(
+            f"cannot resume: the saved position of the stream in shards is incomplete or impossible ({exc})\n"
+            "  fix: pass a state_dict() of a flowdata.DataLoader as it was saved"
+        ) from None
+    return lanes, done
+
 
 def _to_device(x: Any, device: torch.device, non_blocking: bool) -> Any:
     """The tensors of a batch (in dicts, lists and tuples, as collated) moved to ``device``."""

@@ -7,6 +7,8 @@ values), so they work under ``spawn``.
 
 - :class:`PassDataset` (map-style) holds the item index; the loader's sampler
   (:class:`~flowdata.loader.order.EpochBatches`) decides which samples form each batch.
+- :class:`LaneDataset` (a source in shards, e.g. a ``datasets.IterableDataset``): every
+  consumer reads only its own lanes of shards (:mod:`flowdata.loader.lanes`).
 - :class:`StreamDataset` (streaming: a ``Sequential`` source or ``streaming=True``) opens
   the source in every worker; every worker forms the same global sequence of batches
   (:func:`~flowdata.loader.order.stream_batches`), and a rank's ``j``-th batch is computed
@@ -37,12 +39,14 @@ from flowdata.errors import FlowdataError, NodeError, describe, user_traceback
 from flowdata.node import Node
 from flowdata.run.kernel import ChunkResult, Failure, PassSpec, run_chunk
 from flowdata.run.passes import failure_error
+from flowdata.run.shards import ShardedSource
 from flowdata.run.source import ItemIndex, call_source
 from flowdata.run.worker import nodes_for
+from flowdata.loader.lanes import Lane, interleaved, lane_batches, layout
 from flowdata.loader.order import stream_batches
 from flowdata.loader.wire import Batch, CollateError, collate
 
-__all__ = ["BatchView", "PassDataset", "PassWork", "StreamDataset"]
+__all__ = ["BatchView", "LaneDataset", "PassDataset", "PassWork", "StreamDataset"]
 
 Collate = Callable[[list[dict[str, Any]]], Any]
 
@@ -307,4 +311,106 @@ class StreamDataset(PassWork, IterableDataset[Any]):
         except FlowdataError as exc:
             # A failing source: sent as data, so that the loader raises it as it is (torch
             # re-raises a worker's exception as a RuntimeError of its text).
+            yield Batch(None, [], [], None, {}, "", error=exc)
+
+
+class LaneDataset(PassWork, IterableDataset[Any]):
+    """A streaming pass over a source in shards: each consumer reads its own lanes
+    (see :mod:`flowdata.loader.lanes`); nothing is read in the main process.
+
+    Args:
+        program: How to rebuild the nodes in a worker.
+        spec: The pass (the group's last pass, which yields the outputs).
+        whole: Whole values the pass reads.
+        outputs: Output names.
+        data: What the source returned (a ``datasets.IterableDataset``, ...): pickled to
+            the workers, each of which reads only its lanes' shards.
+        seed: Seed of the shard order, the shuffle buffers and ``sample_rng``.
+        skip: Leave failing samples out instead of failing the batch.
+        collate_fn: Optional user collate function over a list of per-sample dicts.
+        batch_size: Samples per batch.
+        drop_last: Drop each lane's last incomplete batch.
+        shuffle: Shuffle the shard order and pass rows through a seeded buffer per lane.
+        shuffle_buffer: Rows each lane's buffer holds.
+        rank: This process's rank.
+        world_size: Number of ranks.
+        nodes: The nodes, in this process.
+    """
+
+    def __init__(
+        self,
+        program: Program,
+        spec: PassSpec,
+        whole: Mapping[str, Any],
+        outputs: Sequence[str],
+        data: Any,
+        *,
+        seed: int,
+        skip: bool,
+        collate_fn: Collate | None,
+        batch_size: int,
+        drop_last: bool,
+        shuffle: bool,
+        shuffle_buffer: int,
+        rank: int,
+        world_size: int,
+        nodes: Mapping[str, Node] | None = None,
+    ):
+        super().__init__(program, spec, whole, outputs, seed, skip, collate_fn, nodes)
+        self.data = data
+        self.num_shards = int(data.num_shards)
+        self.batch_size = batch_size
+        self.drop_last = drop_last
+        self.shuffle = shuffle
+        self.shuffle_buffer = max(1, shuffle_buffer)
+        self.rank = rank
+        self.world_size = world_size
+        self.epoch = 0
+        self.lanes: list[Lane] | None = None  # this rank's lanes when resumed, else from the worker count
+        self.done: dict[int, int] = {}  # batches of each lane served before a resume
+        self.exclude: frozenset[int] = frozenset()  # samples skipped in an earlier pass
+        self.emit_batches = False  # flowdata.DataLoader asks for collated batches
+
+    def rank_lanes(self, consumers_per_rank: int) -> list[Lane]:
+        """This rank's lanes of the epoch, for ``consumers_per_rank`` consumers on every rank."""
+        every = layout(self.num_shards, self.world_size * consumers_per_rank, shuffle=self.shuffle, seed=self.seed,
+                       epoch=self.epoch)
+        return [lane for lane in every if lane.number % self.world_size == self.rank]
+
+    def _lane(self, source: ShardedSource, lane: Lane) -> Iterator[Batch]:
+        skip = self.done.get(lane.number, 0)
+        for n, indices, items in lane_batches(
+            source, lane, batch_size=self.batch_size, drop_last=self.drop_last, shuffle=self.shuffle,
+            shuffle_buffer=self.shuffle_buffer, seed=self.seed, epoch=self.epoch, exclude=self.exclude,
+        ):
+            if n < skip:
+                continue  # served before the resume: not computed
+            if self.emit_batches:
+                batch = self.batch(indices, items, self.epoch)
+            else:
+                batch = Batch(self._rows(self.columns(indices, items, self.epoch)), [], [], None, {}, "")
+            batch.lane = lane.number
+            yield batch
+
+    def __iter__(self) -> Iterator[Any]:
+        """Collated :class:`Batch` objects for ``flowdata.DataLoader``; for any other consumer,
+        one dict of outputs per sample (as the nodes returned them)."""
+        info = get_worker_info()
+        worker, workers = (0, 1) if info is None else (info.id, info.num_workers)
+        lanes = self.lanes if self.lanes is not None else self.rank_lanes(workers)
+        source = ShardedSource(self._get_nodes()[self.spec.group], self.data)
+        mine = [self._lane(source, lane) for j, lane in enumerate(lanes) if j % workers == worker]
+        try:
+            for batch in interleaved(mine):
+                if self.emit_batches:
+                    yield batch
+                elif batch.error is not None:
+                    raise batch.error
+                else:
+                    yield from batch.data
+        except FlowdataError as exc:
+            if not self.emit_batches:
+                raise
+            # A failing source: sent as data (torch re-raises a worker's exception as a
+            # RuntimeError of its text).
             yield Batch(None, [], [], None, {}, "", error=exc)

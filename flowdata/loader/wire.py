@@ -22,7 +22,7 @@ __all__ = ["INLINE_BYTES", "Batch", "CollateError", "collate"]
 class Batch:
     """What a worker sends back: the collated batch and what happened computing it."""
 
-    __slots__ = ("data", "indices", "skipped", "failure", "node_seconds", "worker", "error")
+    __slots__ = ("data", "indices", "skipped", "failure", "node_seconds", "worker", "error", "lane")
 
     def __init__(
         self,
@@ -33,6 +33,7 @@ class Batch:
         node_seconds: dict[str, float],
         worker: str,
         error: BaseException | None = None,
+        lane: int | None = None,
     ):
         self.data = data
         self.indices = indices
@@ -41,6 +42,7 @@ class Batch:
         self.node_seconds = node_seconds
         self.worker = worker
         self.error = error  # a flowdata error raised outside the samples (a failing source)
+        self.lane = lane  # the lane of a stream in shards it belongs to (flowdata.loader.lanes)
 
     def __getitem__(self, key: Any) -> Any:
         # Reached only by code that iterates the loader's torch pipeline without the
@@ -64,7 +66,7 @@ class Batch:
         # hand-off (a file descriptor per storage, received, opened and mapped) costs hundreds
         # of µs per tensor, far more than copying a few KB.
         return (_rebuild_batch, (_to_wire(self.data), self.indices, self.skipped, self.failure,
-                                 self.node_seconds, self.worker, self.error))
+                                 self.node_seconds, self.worker, self.error, self.lane))
 
     def pin_memory(self) -> Batch:
         """Pins the batch's tensors (used by the DataLoader's pin-memory thread)."""

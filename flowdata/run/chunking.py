@@ -18,7 +18,7 @@ from typing import Any
 
 from flowdata.reduce import BLOCK
 
-__all__ = ["MAX_CHUNK", "ChunkSizer", "approx_bytes", "chunked"]
+__all__ = ["MAX_CHUNK", "ChunkSizer", "approx_bytes", "chunked", "chunked_keyed"]
 
 MAX_CHUNK = 4096
 _TARGET_SECONDS, TARGET_BYTES = 0.02, 8 << 20
@@ -45,6 +45,33 @@ def chunked(
         else:
             yield (start, stop), list(range(start, stop)), chunk
         start = stop
+
+
+def chunked_keyed(
+    pairs: Iterator[tuple[int, Any]], size: Callable[[int], int], exclude: frozenset[int] = frozenset()
+) -> Iterator[tuple[tuple[int, int], list[int], list[Any]]]:
+    """:func:`chunked` for ``(index, item)`` pairs whose indices increase by one but may
+    jump (a source in shards, :mod:`flowdata.run.shards`): a chunk never spans a jump."""
+    nxt = next(pairs, None)
+    while nxt is not None:
+        start = nxt[0]
+        want = size(start)
+        indices, items = [nxt[0]], [nxt[1]]
+        nxt = None
+        while len(indices) < want:
+            nxt = next(pairs, None)
+            if nxt is None or nxt[0] != indices[-1] + 1:
+                break
+            indices.append(nxt[0])
+            items.append(nxt[1])
+            nxt = None
+        else:
+            nxt = next(pairs, None)
+        span = (start, indices[-1] + 1)
+        if exclude:
+            kept = [(i, x) for i, x in zip(indices, items, strict=True) if i not in exclude]
+            indices, items = [i for i, _ in kept], [x for _, x in kept]
+        yield span, indices, items
 
 
 class ChunkSizer:

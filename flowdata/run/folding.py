@@ -252,7 +252,11 @@ class Folder:
                 elif b in self._open:
                     state = self._open.pop(b).finish()
                 else:
-                    state = None  # every sample of the block was skipped
+                    # Every sample of the block was skipped, or the indices jump over it (a
+                    # source in shards): go on at the next block that has values.
+                    later = [k for k in (*self._whole, *self._open) if k > b]
+                    self._next = min(min(later, default=complete), complete)
+                    continue
                 if state is not None:
                     self.total.merge(state)
             except (BlockError, FlowdataError):  # FlowdataError: what on_bad raised

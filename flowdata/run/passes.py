@@ -31,7 +31,7 @@ from flowdata.discover import Program
 from flowdata.errors import InputError, NodeError, SampleError
 from flowdata.node import Node
 from flowdata.report import Report, Skip
-from flowdata.run.chunking import MAX_CHUNK, ChunkSizer, chunked
+from flowdata.run.chunking import MAX_CHUNK, ChunkSizer, chunked, chunked_keyed
 from flowdata.run.deadline import Stuck, Watch
 from flowdata.run.executors import Executor, InlineExecutor, WorkerDied
 from flowdata.run.kernel import ChunkResult, Failure, PassSpec, failure_of
@@ -192,14 +192,16 @@ class Engine:
             whole: Whole values it reads.
             source: The group's items.
         """
-        items = source.open()
         if self.timeout is not None:
             spec = dataclasses.replace(spec, timeout=self.timeout)
         if kind == "sequential":
-            return self._sequential(spec, whole, items)
-        return self._parallel(spec, whole, items)
+            return self._sequential(spec, whole, source.open())
+        keyed = getattr(source, "keyed", None)  # a source in shards: its own sample indices
+        return self._parallel(spec, whole, keyed() if keyed is not None else source.open(), keyed is not None)
 
-    def _parallel(self, spec: PassSpec, whole: Mapping[str, Any], items: Iterator[Any]) -> Iterator[ChunkResult]:
+    def _parallel(
+        self, spec: PassSpec, whole: Mapping[str, Any], items: Iterator[Any], keyed: bool = False
+    ) -> Iterator[ChunkResult]:
         group = spec.group
         # Workers in other processes that a node does not let go of are ended by a watch.
         watch = Watch(spec.timeout) if spec.timeout is not None and spec.computes and not isinstance(
@@ -212,8 +214,9 @@ class Engine:
             # A pass that computes nothing per sample needs no round trip for its items.
             executor = self.executor if spec.computes else _INLINE
             sizer = ChunkSizer(self.chunk_size, MAX_CHUNK, align=bool(spec.folds))
+            cut = chunked_keyed if keyed else chunked
             fresh = (Task(span, idx, chunk) for span, idx, chunk in
-                     chunked(items, sizer.next_size, self.recorder.skipped(group)))
+                     cut(items, sizer.next_size, self.recorder.skipped(group)))
             redo: deque[Task] = deque()  # chunks lost with a worker that was ended, computed again first
             in_flight: deque[Task] = deque()
 

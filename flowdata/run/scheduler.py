@@ -30,7 +30,6 @@ from __future__ import annotations
 import dataclasses
 import functools
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from itertools import islice
 from typing import Any
 
 from flowdata.cache import PassCache
@@ -46,7 +45,7 @@ from flowdata.run.executors import InlineExecutor, resolve_executor
 from flowdata.run.folding import Folder
 from flowdata.run.kernel import ChunkResult, FoldSpec, PassSpec, failure_of
 from flowdata.run.passes import Engine, OnError, Recorder
-from flowdata.run.source import IndexSource, IterableSource, as_source, call_source
+from flowdata.run.source import IndexSource, IterableSource, Source, as_source, call_source
 
 __all__ = ["Run", "execute", "run_sample"]
 
@@ -79,7 +78,7 @@ class Run:
         self.engine = engine
         self.cache = cache
         self.reducers: dict[str, Any] = {}
-        self._sources: dict[str, IndexSource] = {}
+        self._sources: dict[str, Source] = {}
 
     # --- whole values ---------------------------------------------------------------------
 
@@ -123,18 +122,18 @@ class Run:
 
     # --- sources --------------------------------------------------------------------------
 
-    def use_source(self, group: str, source: IndexSource) -> None:
+    def use_source(self, group: str, source: Source) -> None:
         """Reads ``group``'s items from ``source`` from now on (an index built from them)."""
         self._sources[group] = source
 
-    def open_source(self, group: GroupPlan) -> IndexSource | IterableSource:
+    def open_source(self, group: GroupPlan) -> Source:
         """Calls the source function; a source that collects is fed by the group it closes."""
         if group.source in self._sources:
             return self._sources[group.source]
         node = self.graph.nodes[group.source]
         if group.source in self.values:  # the source overridden with its items
             given = as_source(node, self.values[group.source])
-            self._sources[group.source] = given  # type: ignore[assignment]  # a list: an IndexSource
+            self._sources[group.source] = given
             return given
         whole = self.pass_whole(group.passes[0])
         kwargs = {p.name: whole[p.name] for p in node.params if not p.collect and p.name in whole}
@@ -278,11 +277,13 @@ class Run:
         """Runs one sample through ``pass_`` and returns the pass's outputs."""
         whole = self.pass_whole(pass_)
         if not has_item:
-            items = self.open_source(group).open()
+            source = self.open_source(group)
+            keyed = getattr(source, "keyed", None)  # a source in shards: its own sample indices
+            opened = keyed() if keyed is not None else source.open()
             try:
-                item = _nth(items, index, group.source)
+                item = _nth(opened if keyed is not None else enumerate(opened), index, group.source)
             finally:
-                close = getattr(items, "close", None)
+                close = getattr(opened, "close", None)
                 if close is not None:
                     close()
         spec = PassSpec(group.source, pass_.number, pass_.computes, pass_.outputs)
@@ -313,10 +314,13 @@ def _where(group: GroupPlan, pass_: PassPlan) -> str:
     return f"pass {pass_.number} of group '{group.source}'"
 
 
-def _nth(items: Iterable[Any], index: int, source: str) -> Any:
-    for i, item in enumerate(islice(items, index + 1)):
+def _nth(items: Iterable[tuple[int, Any]], index: int, source: str) -> Any:
+    """The item of sample ``index`` among ``(index, item)`` pairs in increasing order."""
+    for i, item in items:
         if i == index:
             return item
+        if i > index:
+            break
     raise InputError(f"source '{source}' has no sample {index}: it ended before it")
 
 

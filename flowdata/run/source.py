@@ -27,6 +27,7 @@ an error that says what to yield instead.
 from __future__ import annotations
 
 import os
+import sys
 import tempfile
 import weakref
 from collections.abc import Iterable, Iterator, Sequence
@@ -187,13 +188,19 @@ class Source(Protocol):
 
 
 def guarded(items: Iterable[Any], source: Node, start: int = 0) -> Iterator[Any]:
-    """The items; an error raised while producing one is the source's ``NodeError``."""
+    """The items; an error raised while producing one is the source's ``NodeError``.
+
+    Inside a DataLoader worker, the items are produced with the worker hidden
+    (:func:`_next_unsplit`): flowdata decides which process reads what, so a library that
+    splits its data by ``get_worker_info()`` (Hugging Face's ``IterableDataset`` does) must
+    not split it again.
+    """
     it = iter(items)
     index = start
     try:
         while True:
             try:
-                item = next(it)
+                item = _next_unsplit(it)
             except StopIteration:
                 return
             except Exception as exc:
@@ -206,6 +213,19 @@ def guarded(items: Iterable[Any], source: Node, start: int = 0) -> Iterator[Any]
         close = getattr(it, "close", None)
         if close is not None:
             close()
+
+
+def _next_unsplit(it: Iterator[Any]) -> Any:
+    """``next(it)`` with torch's DataLoader worker information hidden, inside a worker."""
+    worker = sys.modules.get("torch.utils.data._utils.worker")
+    info = getattr(worker, "_worker_info", None)
+    if info is None:
+        return next(it)
+    worker._worker_info = None  # type: ignore[union-attr]
+    try:
+        return next(it)
+    finally:
+        worker._worker_info = info  # type: ignore[union-attr]
 
 
 class IndexSource:
@@ -224,10 +244,11 @@ class IndexSource:
         return self.items
 
     def fingerprint(self) -> tuple[str, int]:
-        """(digest, count) of the items."""
+        """(digest, count) of the items (the index's own, when it has one)."""
         from flowdata.cache import fingerprint_items
 
-        return fingerprint_items(self.open())
+        own = getattr(self.items, "fingerprint", None)
+        return own() if own is not None else fingerprint_items(self.open())
 
     def shard(self, rank: int, world_size: int) -> Iterator[tuple[int, Any]]:
         """Positions ``rank, rank + world_size, ...``, read by batches."""
@@ -268,7 +289,7 @@ class IterableSource:
                 yield i, item
 
 
-def call_source(node: Node, kwargs: dict[str, Any]) -> IndexSource | IterableSource:
+def call_source(node: Node, kwargs: dict[str, Any]) -> Source:
     """Calls a source function; what it returns, as a source. Its error is the source's ``NodeError``."""
     try:
         value = node.fn(**kwargs)
@@ -279,10 +300,19 @@ def call_source(node: Node, kwargs: dict[str, Any]) -> IndexSource | IterableSou
     return as_source(node, value)
 
 
-def as_source(node: Node, value: Any) -> IndexSource | IterableSource:
-    """The source adapter for what ``node``'s function returned."""
+def as_source(node: Node, value: Any) -> Source:
+    """The source adapter for what ``node``'s function returned: a ``datasets.Dataset``
+    (:class:`~flowdata.run.shards.DatasetIndex`) or another sized, indexable object is the
+    index; an iterable in shards is a :class:`~flowdata.run.shards.ShardedSource`; any
+    other iterable is read once, in order."""
+    from flowdata.run.shards import DatasetIndex, ShardedSource, is_hf_dataset, is_sharded
+
+    if is_hf_dataset(value):
+        return IndexSource(node, DatasetIndex(value))
     if hasattr(value, "__len__") and hasattr(value, "__getitem__") and not isinstance(value, (str, bytes, dict)):
         return IndexSource(node, SequenceIndex(value))
+    if is_sharded(value):
+        return ShardedSource(node, value)
     if not isinstance(value, Iterable):
         raise NodeError(
             node.name,
@@ -293,7 +323,7 @@ def as_source(node: Node, value: Any) -> IndexSource | IterableSource:
     return IterableSource(node, value)
 
 
-def indexed(source: IndexSource | IterableSource, directory: str | None) -> IndexSource:
+def indexed(source: Source, directory: str | None) -> IndexSource:
     """A source with random access: as it is, or its items stored in an Arrow index."""
     if isinstance(source, IndexSource):
         return source

@@ -1,0 +1,124 @@
+"""The order of a stream in shards: lanes, each read by one consumer.
+
+A source in shards (:class:`~flowdata.run.shards.ShardedSource`, e.g. a
+``datasets.IterableDataset``) is streamed by ``world_size x max(1, num_workers)``
+*consumers* (a DataLoader worker of one rank). At the start of an epoch the shards are put
+in order (seeded by (seed, epoch) when ``shuffle``) and dealt into one **lane** per
+consumer:
+
+- at least as many shards as consumers: lane ``c`` reads shards ``c, c + C, ...`` of that
+  order, whole -- each shard is opened once per epoch in all, by the consumer that serves it;
+- fewer shards than consumers (1 shard, 4 consumers): lane ``c`` reads shard ``c % S`` and
+  keeps every ``k``-th of its rows from row ``c // S`` on, ``k`` being the number of lanes
+  on that shard. Every row is still delivered once; a shard is read ``k`` times (the loader
+  says so once, in a log line).
+
+Lane ``c`` belongs to rank ``c % world_size``; a rank's lanes are dealt to its workers in
+turn. A lane passes its rows through its own seeded shuffle buffer and cuts them into
+batches (a batch never mixes lanes; each lane's last batch may be partial, and
+``drop_last`` drops it). Because a lane's batches depend only on (seed, epoch, lane), the
+position of an epoch is the number of batches served of each lane: a resumed loader --
+with any ``num_workers`` -- deals the saved lanes to its workers and skips those batches
+by replaying only the rows' bookkeeping, buffer included.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from flowdata.loader.order import _shuffled
+from flowdata.run.shards import ShardedSource
+from flowdata.sample import sample_seed
+
+__all__ = ["Lane", "Slice", "lane_batches", "layout"]
+
+
+@dataclass(frozen=True)
+class Slice:
+    """Rows ``offset, offset + step, ...`` of one shard."""
+
+    shard: int
+    step: int = 1
+    offset: int = 0
+
+
+@dataclass(frozen=True)
+class Lane:
+    """What one consumer reads in an epoch: slices of shards, in order."""
+
+    number: int
+    slices: tuple[Slice, ...]
+
+    def to_state(self) -> list[list[int]]:
+        """Plain data, for ``state_dict()``."""
+        return [[s.shard, s.step, s.offset] for s in self.slices]
+
+    @classmethod
+    def from_state(cls, number: int, state: list[list[int]]) -> Lane:
+        """The lane of ``to_state()``."""
+        return cls(number, tuple(Slice(int(a), int(b), int(c)) for a, b, c in state))
+
+
+def layout(num_shards: int, consumers: int, *, shuffle: bool, seed: int, epoch: int) -> list[Lane]:
+    """The lanes of an epoch for ``consumers`` consumers in all (see the module docstring)."""
+    order = list(range(num_shards))
+    if shuffle:
+        random.Random(sample_seed(seed, epoch, -5)).shuffle(order)
+    if num_shards >= consumers:
+        return [Lane(c, tuple(Slice(order[k]) for k in range(c, num_shards, consumers))) for c in range(consumers)]
+    return [Lane(c, (Slice(order[c % num_shards], len(range(c % num_shards, consumers, num_shards)),
+                           c // num_shards),)) for c in range(consumers)]
+
+
+def lane_batches(
+    source: ShardedSource,
+    lane: Lane,
+    *,
+    batch_size: int,
+    drop_last: bool,
+    shuffle: bool,
+    shuffle_buffer: int,
+    seed: int,
+    epoch: int,
+    exclude: frozenset[int] = frozenset(),
+) -> Iterator[tuple[int, list[int], list[Any]]]:
+    """One lane's batches, ``(number in the lane, indices, items)``, not computed."""
+    pairs: Iterator[tuple[int, Any]] = (
+        p for s in lane.slices for p in source.rows(s.shard, s.step, s.offset) if p[0] not in exclude)
+    if shuffle:
+        rng = random.Random(sample_seed(sample_seed(seed, epoch, -6), lane.number, -7))
+        pairs = _shuffled(pairs, max(1, shuffle_buffer), rng)
+    n = 0
+    indices: list[int] = []
+    items: list[Any] = []
+    for i, x in pairs:
+        indices.append(i)
+        items.append(x)
+        if len(indices) == batch_size:
+            yield n, indices, items
+            n, indices, items = n + 1, [], []
+    if indices and not drop_last:
+        yield n, indices, items
+
+
+def interleaved(streams: list[Iterator[Any]]) -> Iterator[Any]:
+    """The streams' elements in turn, one from each, until all end."""
+    live = list(streams)
+    while live:
+        for s in list(live):
+            x = next(s, _END)
+            if x is _END:
+                live.remove(s)
+            else:
+                yield x
+
+
+_END = object()
+
+
+def served_of(state: Mapping[Any, Any]) -> dict[int, int]:
+    """Batches served per lane, from ``state_dict()``'s plain data (JSON keys are strings)."""
+    return {int(k): int(v) for k, v in state.items()}
