@@ -1,22 +1,26 @@
 """Audio decoding with soundfile (WAV, FLAC, OGG, MP3 and the other libsndfile formats),
-and torchcodec for other formats when it is installed."""
+and torchcodec for other formats when it is installed; from a path, an fsspec URL, bytes, a
+file object or a Hugging Face ``{"bytes", "path"}`` dict."""
 
 from __future__ import annotations
 
-import os
 import re
 from dataclasses import dataclass
 from typing import Any
 
 from flowdata.errors import MediaError
-from flowdata.media._checks import existing
+from flowdata.media._input import Media, MediaInput, opened
 
 __all__ = ["MAX_SECONDS", "AudioInfo", "audio_info", "load_audio"]
 
 
 @dataclass(frozen=True)
 class AudioInfo:
-    """What an audio file's header says."""
+    """What an audio file's header says.
+
+    ``path`` is what the audio was given as, as errors name it: the path or URL, or for a
+    file in memory ``"1234 bytes"`` (``"1234 bytes (clip.wav)"`` from a media dict).
+    """
 
     path: str
     sample_rate: int
@@ -30,23 +34,34 @@ class AudioInfo:
         return self.frames / self.sample_rate if self.sample_rate else 0.0
 
 
-def _soundfile() -> Any:
+def _soundfile(name: str) -> Any:
+    """The soundfile module; ``name`` is the input the error names when it is missing."""
     try:
         import soundfile
-    except ImportError as exc:  # pragma: no cover - soundfile is pinned
-        raise MediaError("", "audio decoding needs the soundfile package", "pip install soundfile") from exc
+    except ImportError as exc:
+        raise MediaError(name, "audio decoding needs the soundfile package", "pip install soundfile") from exc
     return soundfile
 
 
-def audio_info(path: str | os.PathLike[str]) -> AudioInfo:
-    """Reads only the header: sample rate, channels, frames, format."""
-    text = existing(path)
-    sf = _soundfile()
+def audio_info(path: MediaInput) -> AudioInfo:
+    """Reads only the header: sample rate, channels, frames, format.
+
+    Args:
+        path: A path, an fsspec URL, bytes, a binary file object or a ``{"bytes", "path"}`` dict.
+    """
+    with opened(path) as media:
+        return header(media)
+
+
+def header(media: Media) -> AudioInfo:
+    """:func:`audio_info` of a resolved input."""
+    sf = _soundfile(media.name)
+    source = media.source()
     try:
-        info = sf.info(text)
+        info = sf.info(source)
     except Exception as exc:
-        raise _unreadable(text, exc) from exc
-    return AudioInfo(text, int(info.samplerate), int(info.channels), int(info.frames), str(info.format))
+        raise _unreadable(media, source, exc) from exc
+    return AudioInfo(media.name, int(info.samplerate), int(info.channels), int(info.frames), str(info.format))
 
 
 MAX_SECONDS = 3600.0
@@ -54,7 +69,7 @@ MAX_SECONDS = 3600.0
 
 
 def load_audio(
-    path: str | os.PathLike[str],
+    path: MediaInput,
     sample_rate: int | None = None,
     mono: bool = True,
     *,
@@ -63,7 +78,10 @@ def load_audio(
     """Decodes a file into a float32 tensor ``[channels, frames]`` in [-1, 1].
 
     Args:
-        path: The file.
+        path: The audio: a path, an fsspec URL (``file://``, ``s3://``, ... as fsspec has
+            installed), the encoded file as bytes, a binary file object, or a Hugging Face
+            ``{"bytes", "path"}`` dict (a ``datasets.Audio(decode=False)`` value; its bytes
+            when present, else its path).
         sample_rate: Resample to this rate (torchaudio's resampler) when it differs.
         mono: Average the channels into one.
         max_seconds: Refuse, before decoding, a file whose header declares a longer
@@ -73,12 +91,18 @@ def load_audio(
     Returns:
         ``(waveform, sample_rate)``.
     """
+    with opened(path) as media:
+        return _decode(media, sample_rate, mono, max_seconds)
+
+
+def _decode(media: Media, sample_rate: int | None, mono: bool, max_seconds: float | None) -> tuple[Any, int]:
     import torch
 
-    text = existing(path)
-    sf = _soundfile()
+    text = media.name
+    sf = _soundfile(text)
+    source = media.source()
     try:
-        with sf.SoundFile(text) as f:
+        with sf.SoundFile(source) as f:
             if max_seconds is not None and f.samplerate > 0 and f.frames / f.samplerate > max_seconds:
                 raise MediaError(
                     text, f"declares {f.frames} frames at {f.samplerate} Hz = {f.frames / f.samplerate:,.0f} s, above "
@@ -88,9 +112,9 @@ def load_audio(
     except MediaError:
         raise
     except Exception as exc:
-        decoded = _torchcodec(text)
+        decoded = _torchcodec(media)
         if decoded is None:
-            raise _unreadable(text, exc) from exc
+            raise _unreadable(media, source, exc) from exc
         wave, rate = decoded
     else:
         _check_complete(text, log)
@@ -129,21 +153,24 @@ def _check_complete(path: str, log: str) -> None:
             )
 
 
-def _torchcodec(path: str) -> tuple[Any, int] | None:
+def _torchcodec(media: Media) -> tuple[Any, int] | None:
     """Decodes with torchcodec when it (and FFmpeg) is installed; None otherwise."""
     try:
         from torchcodec.decoders import AudioDecoder
     except Exception:
         return None
-    try:
-        samples = AudioDecoder(path).get_all_samples()
+    try:  # torchcodec takes a path, bytes or a file object
+        samples = AudioDecoder(media.path or media.data or media.source()).get_all_samples()
     except Exception:
         return None
     return samples.data.float(), int(samples.sample_rate)
 
 
-def _unreadable(path: str, exc: Exception) -> MediaError:
+def _unreadable(media: Media, source: object, exc: Exception) -> MediaError:
+    path = media.name
     message = str(exc)
+    if media.is_file_object():  # soundfile says "Error opening <_io.BytesIO object at 0x...>: ..."
+        message = message.replace(f"Error opening {source!r}: ", "")
     low = message.lower()
     if "permission denied" in low:
         return MediaError(path, "cannot be opened (permission denied)", "check the file's permissions")

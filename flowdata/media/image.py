@@ -1,13 +1,13 @@
-"""Image decoding with PIL: RGB, grayscale, RGBA, 16-bit PNG, multi-page and multi-channel TIFF."""
+"""Image decoding with PIL: RGB, grayscale, RGBA, 16-bit PNG, multi-page and multi-channel TIFF,
+from a path, an fsspec URL, bytes, a file object or a Hugging Face ``{"bytes", "path"}`` dict."""
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from typing import Any
 
 from flowdata.errors import MediaError
-from flowdata.media._checks import existing
+from flowdata.media._input import Media, MediaInput, name_of, opened
 
 __all__ = ["MAX_PIXELS", "ImageInfo", "image_info", "load_image"]
 
@@ -16,7 +16,11 @@ _MODES = ("RGB", "L", "RGBA", None)
 
 @dataclass(frozen=True)
 class ImageInfo:
-    """What an image file's header says."""
+    """What an image file's header says.
+
+    ``path`` is what the image was given as, as errors name it: the path or URL, or for an
+    image in memory ``"1234 bytes"`` (``"1234 bytes (cat.png)"`` from a media dict).
+    """
 
     path: str
     width: int
@@ -30,18 +34,19 @@ MAX_PIXELS = 90_000_000
 """Default ``max_pixels`` of :func:`load_image`: about Pillow's own warning threshold."""
 
 
-def _open(path: str) -> Any:
+def _open(media: Media) -> Any:
     from PIL import Image, UnidentifiedImageError
 
+    path = media.name
     try:
-        return Image.open(path)
+        return Image.open(media.source())
     except Image.DecompressionBombError as exc:
         raise MediaError(
             path, f"is far too large to decode ({exc})",
             "downscale the file, or raise PIL.Image.MAX_IMAGE_PIXELS and max_pixels if it is meant",
         ) from exc
     except UnidentifiedImageError as exc:
-        known = _signature(path)
+        known = _signature(media)
         if known is not None:  # PIL says "cannot identify" for a file cut inside its header too
             raise MediaError(
                 path, f"cannot be decoded, truncated or corrupt (starts like {known}, but PIL cannot read it)",
@@ -57,13 +62,12 @@ def _open(path: str) -> Any:
         ) from exc
 
 
-def _signature(path: str) -> str | None:
+def _signature(media: Media) -> str | None:
     """The format whose signature the file starts with, by PIL's own checks; None when none."""
     from PIL import Image
 
     Image.init()
-    with open(path, "rb") as f:
-        prefix = f.read(16)
+    prefix = media.head(16)
     for fmt in Image.ID:
         accept = Image.OPEN[fmt][1]
         try:
@@ -74,15 +78,24 @@ def _signature(path: str) -> str | None:
     return None
 
 
-def image_info(path: str | os.PathLike[str]) -> ImageInfo:
-    """Reads only the header: size, mode, number of pages, format."""
-    text = existing(path)
-    with _open(text) as im:
-        return ImageInfo(text, im.width, im.height, im.mode, int(getattr(im, "n_frames", 1)), str(im.format))
+def image_info(path: MediaInput) -> ImageInfo:
+    """Reads only the header: size, mode, number of pages, format.
+
+    Args:
+        path: A path, an fsspec URL, bytes, a binary file object or a ``{"bytes", "path"}`` dict.
+    """
+    with opened(path) as media:
+        return header(media)
+
+
+def header(media: Media) -> ImageInfo:
+    """:func:`image_info` of a resolved input."""
+    with _open(media) as im:
+        return ImageInfo(media.name, im.width, im.height, im.mode, int(getattr(im, "n_frames", 1)), str(im.format))
 
 
 def load_image(
-    path: str | os.PathLike[str],
+    path: MediaInput,
     mode: str | None = "RGB",
     page: int = 0,
     *,
@@ -95,7 +108,10 @@ def load_image(
     float pixels are kept as they are.
 
     Args:
-        path: The file.
+        path: The image: a path, an fsspec URL (``file://``, ``s3://``, ... as fsspec has
+            installed), the encoded file as bytes, a binary file object, or a Hugging Face
+            ``{"bytes", "path"}`` dict (a ``datasets.Image(decode=False)`` value; its bytes
+            when present, else its path).
         mode: ``"RGB"`` (3 channels), ``"L"`` (1), ``"RGBA"`` (4), or None to keep the
             file's own channels (e.g. a multi-channel TIFF); a palette image then comes as
             its colours, RGB (RGBA when it has transparency), never as palette indices.
@@ -107,13 +123,18 @@ def load_image(
             smallest of its built-in reduced scales (1/2, 1/4, 1/8) that still covers it.
             Other formats decode in full.
     """
+    if mode not in _MODES:
+        raise MediaError(name_of(path), f"mode {mode!r} is not supported", "use 'RGB', 'L', 'RGBA' or None")
+    with opened(path) as media:
+        return _decode(media, mode, page, max_pixels, draft)
+
+
+def _decode(media: Media, mode: str | None, page: int, max_pixels: int | None, draft: tuple[int, int] | None) -> Any:
     import numpy as np
     import torch
 
-    if mode not in _MODES:
-        raise MediaError(os.fspath(path), f"mode {mode!r} is not supported", "use 'RGB', 'L', 'RGBA' or None")
-    text = existing(path)
-    with _open(text) as im:
+    text = media.name
+    with _open(media) as im:
         if max_pixels is not None and im.width * im.height > max_pixels:
             raise MediaError(
                 text, f"declares {im.width}x{im.height} = {im.width * im.height / 1e6:.0f} megapixels, above "

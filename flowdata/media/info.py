@@ -2,26 +2,33 @@
 
 from __future__ import annotations
 
-import os
-
 from flowdata.errors import MediaError
-from flowdata.media.audio import AudioInfo, audio_info
-from flowdata.media.image import ImageInfo, image_info
+from flowdata.media._input import MediaInput, opened
+from flowdata.media.audio import AudioInfo
+from flowdata.media.audio import header as audio_header
+from flowdata.media.image import ImageInfo
+from flowdata.media.image import header as image_header
 
 __all__ = ["metadata"]
 
 
-def metadata(path: str | os.PathLike[str]) -> AudioInfo | ImageInfo:
-    """Reads only the header: duration, sample rate and channels of audio; size and mode of images."""
-    try:
-        return audio_info(path)
-    except MediaError as audio_error:
-        if "does not exist" in audio_error.problem or "empty" in audio_error.problem:
-            raise
+def metadata(path: MediaInput) -> AudioInfo | ImageInfo:
+    """Reads only the header: duration, sample rate and channels of audio; size and mode of images.
+
+    Args:
+        path: A path, an fsspec URL, bytes, a binary file object or a ``{"bytes", "path"}``
+            dict (resolved once, so a URL is opened once for both tries).
+    """
+    with opened(path) as media:
         try:
-            return image_info(path)
-        except MediaError:
-            raise MediaError(
-                os.fspath(path), "is neither an audio file soundfile reads nor an image PIL reads",
-                "check the file's format",
-            ) from audio_error
+            return audio_header(media)
+        except MediaError as audio_error:
+            try:
+                return image_header(media)
+            except MediaError:
+                if "audio decoding needs" in audio_error.problem:  # soundfile is missing: say so
+                    raise audio_error from None
+                raise MediaError(
+                    media.name, "is neither an audio file soundfile reads nor an image PIL reads",
+                    "check the file's format",
+                ) from audio_error
