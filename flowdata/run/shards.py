@@ -81,7 +81,7 @@ class ShardedSource:
         except TypeError:  # a shard(num_shards, index) of another library, positional
             part = self.data.shard(self.num_shards, shard)
         start = shard * SHARD_STRIDE
-        for row, item in enumerate(guarded(part, self.node, start)):
+        for row, item in enumerate(guarded(part, self.node, start, f": row {{}} of shard {shard}")):
             if row >= SHARD_STRIDE:
                 raise FlowdataError(
                     f"source '{self.node.name}': shard {shard} has more than {SHARD_STRIDE} rows\n"

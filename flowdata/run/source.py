@@ -187,13 +187,13 @@ class Source(Protocol):
         ...
 
 
-def guarded(items: Iterable[Any], source: Node, start: int = 0) -> Iterator[Any]:
+def guarded(items: Iterable[Any], source: Node, start: int = 0, where: str = "") -> Iterator[Any]:
     """The items; an error raised while producing one is the source's ``NodeError``.
 
     Inside a DataLoader worker, the items are produced with the worker hidden
     (:func:`_next_unsplit`): flowdata decides which process reads what, so a library that
     splits its data by ``get_worker_info()`` (Hugging Face's ``IterableDataset`` does) must
-    not split it again.
+    not split it again. ``where`` says more about the sample: ``{}`` is its position among the items.
     """
     it = iter(items)
     index = start
@@ -205,7 +205,8 @@ def guarded(items: Iterable[Any], source: Node, start: int = 0) -> Iterator[Any]
                 return
             except Exception as exc:
                 raise NodeError(
-                    source.name, source.location, f"{describe(exc)} (while producing sample {index})"
+                    source.name, source.location,
+                    f"{describe(exc)} (while producing sample {index}{where.format(index - start)})",
                 ) from exc.with_traceback(user_traceback(exc.__traceback__))
             yield item
             index += 1

@@ -1,0 +1,351 @@
+"""Hugging Face datasets as sources: map-style Dataset as the index, IterableDataset
+streamed in lanes of shards (exactly once over ranks x workers, resume), and generator
+sources that iterate a stream themselves. Offline: every dataset is built here."""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections import Counter
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+os.environ["HF_DATASETS_OFFLINE"] = "1"
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import datasets
+
+import flowdata as fd
+
+pytestmark = pytest.mark.filterwarnings("ignore:This DataLoader will create")
+
+FLOW = """
+from typing import Any
+from flowdata import Collect, Parallel, reduce
+from flowdata.stats import Welford
+
+CALLS = []
+
+def row(data: Any) -> Parallel[dict]:
+    return data
+
+def x(row: dict) -> float:
+    CALLS.append(row["x"])
+    return float(row["x"])
+
+def key(row: dict, sample_index: int) -> int:
+    return sample_index
+
+@reduce(Welford)
+def x_stats(x: Collect[float]) -> Any: ...
+
+def centered(x: float, x_stats: Any) -> float:
+    return x - float(x_stats.mean)
+
+def all_x(x: Collect[float]) -> list[float]:
+    return list(x)
+
+def picky(row: dict) -> float:
+    if row["x"] % 10 == 7:
+        raise ValueError("sevens are bad")
+    return float(row["x"])
+
+def stream_row(data: Any) -> Parallel[dict]:
+    yield from data
+
+def sx(stream_row: dict) -> float:
+    return float(stream_row["x"])
+"""
+
+ROWS = 37  # rows per shard: not a multiple of the batch size
+
+
+def _gen(shards: list[int], log: str = "") -> Iterator[dict[str, int]]:
+    for s in shards:
+        if log:
+            with open(log, "a") as f:
+                f.write(f"{os.getpid()} {s}\n")
+        for i in range(ROWS):
+            yield {"x": s * 1000 + i}
+
+
+def _stream(n: int, log: str = "") -> datasets.IterableDataset:
+    return datasets.IterableDataset.from_generator(_gen, gen_kwargs={"shards": list(range(n)), "log": log})
+
+
+def _all(n: int) -> list[float]:
+    return sorted(float(s * 1000 + i) for s in range(n) for i in range(ROWS))
+
+
+@pytest.fixture
+def dr(make_module: Callable[[str], Any]) -> fd.Driver:
+    return fd.Builder().with_modules(make_module(FLOW)).build()
+
+
+def _xs(loader: Any, key: str = "x") -> list[float]:
+    return [v for b in loader for v in b[key].tolist()]
+
+
+# --- map-style -----------------------------------------------------------------------------
+
+
+def test_a_map_style_dataset_is_the_index_read_by_batches(dr: fd.Driver, monkeypatch: pytest.MonkeyPatch) -> None:
+    ds = datasets.Dataset.from_dict({"x": list(range(50))})
+    keys: list[Any] = []
+    real = datasets.Dataset.__getitem__
+
+    def spy(self: Any, key: Any) -> Any:
+        keys.append(key)
+        return real(self, key)
+
+    monkeypatch.setattr(datasets.Dataset, "__getitem__", spy)
+    loader = dr.dataloader(["x"], inputs={"data": ds}, batch_size=8)
+    keys.clear()  # the statistics pass may read it; the epoch is what is checked
+    got = _xs(loader)
+    assert got == [float(i) for i in range(50)]
+    assert keys and all(isinstance(k, list) for k in keys)  # one Arrow read per batch, never row by row
+    assert len(keys) == 7
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_map_style_batches_are_identical_for_any_worker_count_and_exactly_once_over_ranks(
+    dr: fd.Driver, workers: int
+) -> None:
+    ds = datasets.Dataset.from_dict({"x": list(range(101))})
+    plain = dr.dataloader(["x", "centered"], inputs={"data": list(ds)}, batch_size=8, shuffle=True, seed=4)
+    loader = dr.dataloader(["x", "centered"], inputs={"data": ds}, batch_size=8, shuffle=True, seed=4,
+                           num_workers=workers)
+    assert [b["x"].tolist() for b in loader] == [b["x"].tolist() for b in plain]
+    assert loader.stats["x_stats"].mean.item() == pytest.approx(50.0)
+    ranks = [_xs(dr.dataloader(["x"], inputs={"data": ds}, batch_size=8, rank=r, world_size=2,
+                               num_workers=workers)) for r in range(2)]
+    assert sorted(ranks[0] + ranks[1]) == [float(i) for i in range(101)]
+
+
+def test_map_style_resume_gives_the_remaining_batches(dr: fd.Driver) -> None:
+    ds = datasets.Dataset.from_dict({"x": list(range(60))})
+    full = [b["x"].tolist() for b in dr.dataloader(["x"], inputs={"data": ds}, batch_size=7, shuffle=True)]
+    loader = dr.dataloader(["x"], inputs={"data": ds}, batch_size=7, shuffle=True)
+    it = iter(loader)
+    for _ in range(3):
+        next(it)
+    state = loader.state_dict()
+    again = dr.dataloader(["x"], inputs={"data": ds}, batch_size=7, shuffle=True, num_workers=2)
+    again.load_state_dict(state)
+    assert [b["x"].tolist() for b in again] == full[3:]
+
+
+def test_the_dataset_fingerprint_is_part_of_the_pass_cache_key(
+    make_module: Callable[[str], Any], tmp_path: Path
+) -> None:
+    module = make_module(FLOW)
+    dr = fd.Builder().with_modules(module).build()
+    a = datasets.Dataset.from_dict({"x": list(range(20))})
+    first = dr.execute(["x_stats"], inputs={"data": a}, cache_dir=tmp_path)["x_stats"]
+    module.CALLS.clear()
+    same = dr.execute(["x_stats"], inputs={"data": datasets.Dataset.from_dict({"x": list(range(20))})},
+                      cache_dir=tmp_path)["x_stats"]
+    assert module.CALLS == []  # the same data: served from the cache
+    assert same.mean.item() == first.mean.item()
+    other = dr.execute(["x_stats"], inputs={"data": datasets.Dataset.from_dict({"x": list(range(1, 21))})},
+                       cache_dir=tmp_path)["x_stats"]
+    assert len(module.CALLS) == 20  # other data: computed again, never the stale result
+    assert other.mean.item() == pytest.approx(10.5)
+
+
+# --- streaming ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("shards", [1, 3, 4, 8])
+@pytest.mark.parametrize("workers", [0, 2])
+@pytest.mark.parametrize("world_size", [1, 2])
+def test_a_stream_in_shards_delivers_every_row_exactly_once(
+    dr: fd.Driver, shards: int, workers: int, world_size: int
+) -> None:
+    got: list[float] = []
+    for rank in range(world_size):
+        loader = dr.dataloader(["x"], inputs={"data": _stream(shards)}, batch_size=8, num_workers=workers,
+                               rank=rank, world_size=world_size, shuffle=shards % 2 == 1, shuffle_buffer=16)
+        assert loader.streaming
+        got += _xs(loader)
+    assert sorted(got) == _all(shards)
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_each_shard_is_opened_once_per_epoch_by_the_worker_that_serves_it(
+    dr: fd.Driver, tmp_path: Path, workers: int
+) -> None:
+    log = tmp_path / "opens.txt"
+    loader = dr.dataloader(["x"], inputs={"data": _stream(4, str(log))}, batch_size=8, num_workers=workers)
+    assert _xs(loader) != []
+    opens = [line.split() for line in log.read_text().splitlines()]
+    assert sorted(int(s) for _, s in opens) == [0, 1, 2, 3]  # each shard once, in all
+    pids = {p for p, _ in opens}
+    if workers:
+        assert str(os.getpid()) not in pids  # the main process read no row
+        assert len(pids) == 2
+
+
+def test_fewer_shards_than_consumers_splits_examples_and_says_so_once(
+    dr: fd.Driver, caplog: pytest.LogCaptureFixture
+) -> None:
+    with caplog.at_level(logging.INFO, logger="flowdata"):
+        got = [_xs(dr.dataloader(["x"], inputs={"data": _stream(1)}, batch_size=4, num_workers=2, rank=r,
+                                 world_size=2)) for r in range(2)]
+    lines = [r.getMessage() for r in caplog.records if "shard(s) for" in r.getMessage()]
+    assert len(lines) == 2  # once per loader
+    assert "1 shard(s) for 4 consumers (2 rank(s) x 2 worker(s))" in lines[0]
+    assert "read about 4 times and delivered once" in lines[0]
+    assert sorted(got[0] + got[1]) == _all(1)
+
+
+def test_statistics_over_a_stream_equal_those_over_its_rows(dr: fd.Driver) -> None:
+    loader = dr.dataloader(["centered"], inputs={"data": _stream(3)}, batch_size=16, num_workers=2)
+    mean = sum(_all(3)) / len(_all(3))
+    assert loader.stats["x_stats"].mean.item() == pytest.approx(mean)
+    listed = dr.execute(["x_stats"], inputs={"data": [{"x": int(v)} for v in _all(3)]})["x_stats"]
+    assert loader.stats["x_stats"].var.item() == pytest.approx(listed.var.item())
+    assert sorted(_xs(loader, "centered")) == pytest.approx(sorted(v - mean for v in _all(3)))
+
+
+def test_the_first_batch_of_an_endless_stream_arrives(dr: fd.Driver) -> None:
+    def endless() -> Iterator[dict[str, int]]:
+        i = 0
+        while True:
+            yield {"x": i}
+            i += 1
+
+    stream = datasets.IterableDataset.from_generator(endless)
+    loader = dr.dataloader(["x"], inputs={"data": stream}, batch_size=5)
+    first = next(iter(loader))
+    assert first["x"].tolist() == [0.0, 1.0, 2.0, 3.0, 4.0]
+
+
+def test_a_generator_source_iterating_a_stream_loses_nothing_with_workers(dr: fd.Driver) -> None:
+    # Inside a torch worker, datasets keeps only that worker's shards; every worker of a
+    # plain stream reads all items and computes its own batches: 150 of 300 rows came before.
+    stream = datasets.IterableDataset.from_generator(
+        lambda shards: ({"x": s * 1000 + i} for s in shards for i in range(150)), gen_kwargs={"shards": [0, 1]})
+    loader = dr.dataloader(["sx"], inputs={"data": stream}, batch_size=10, num_workers=2, streaming=True)
+    got = _xs(loader, "sx")
+    assert len(got) == 300
+    assert sorted(got) == sorted(float(s * 1000 + i) for s in (0, 1) for i in range(150))
+
+
+def test_local_parquet_shards_stream_once_each(dr: fd.Driver, tmp_path: Path) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    files = []
+    for s in range(4):
+        path = tmp_path / f"part-{s}.parquet"
+        pq.write_table(pa.table({"x": [s * 1000 + i for i in range(ROWS)]}), path)
+        files.append(str(path))
+    stream = datasets.load_dataset("parquet", data_files=files, split="train", streaming=True)
+    assert stream.num_shards == 4
+    got = [_xs(dr.dataloader(["x"], inputs={"data": stream}, batch_size=8, num_workers=2, rank=r, world_size=2))
+           for r in range(2)]
+    assert sorted(got[0] + got[1]) == _all(4)
+
+
+class _Shards:
+    """Any iterable with num_shards and shard(num_shards, index) is streamed by shards."""
+
+    def __init__(self, parts: list[list[int]]):
+        self.parts = parts
+
+    @property
+    def num_shards(self) -> int:
+        return len(self.parts)
+
+    def shard(self, num_shards: int, index: int) -> list[dict[str, int]]:
+        assert num_shards == len(self.parts)
+        return [{"x": v} for v in self.parts[index]]
+
+    def __iter__(self) -> Iterator[dict[str, int]]:
+        return (r for i in range(len(self.parts)) for r in self.shard(len(self.parts), i))
+
+
+def test_any_iterable_in_shards_is_streamed_by_shards(dr: fd.Driver) -> None:
+    data = _Shards([[1, 2, 3], [10, 11], [20, 21, 22, 23]])
+    assert dr.execute(["all_x"], inputs={"data": data})["all_x"] == [1, 2, 3, 10, 11, 20, 21, 22, 23]
+    loader = dr.dataloader(["x", "key"], inputs={"data": data}, batch_size=2, num_workers=2)
+    keys = sorted(v for b in loader for v in b["key"].tolist())
+    assert keys == [0, 1, 2, 1 << 32, (1 << 32) + 1, 2 << 32, (2 << 32) + 1, (2 << 32) + 2, (2 << 32) + 3]
+
+
+def test_a_failing_row_names_the_source_the_sample_and_its_shard(dr: fd.Driver) -> None:
+    def broken(shards: list[int]) -> Iterator[dict[str, int]]:
+        for s in shards:
+            for i in range(5):
+                if s == 1 and i == 3:
+                    raise OSError("truncated file")
+                yield {"x": i}
+
+    stream = datasets.IterableDataset.from_generator(broken, gen_kwargs={"shards": [0, 1]})
+    with pytest.raises(fd.FlowdataError, match=r"'row' \(.*:\d+\).*truncated file.*sample 4294967299: row 3 of "
+                                               r"shard 1"):
+        dr.execute(["all_x"], inputs={"data": stream})
+
+
+def test_a_sample_skipped_in_the_statistics_pass_is_left_out_of_every_epoch(
+    make_module: Callable[[str], Any]
+) -> None:
+    module = make_module(FLOW + """
+@reduce(Welford)
+def picky_stats(picky: Collect[float]) -> Any: ...
+
+def out(picky: float, picky_stats: Any) -> float:
+    return picky
+""")
+    dr = fd.Builder().with_modules(module).build()
+    loader = dr.dataloader(["out"], inputs={"data": _stream(2)}, batch_size=8, num_workers=2, on_error="skip")
+    got = _xs(loader, "out")
+    assert sorted(got) == [v for v in _all(2) if int(v) % 10 != 7]
+    assert len(loader.report.skipped) == 6  # 3 per shard (7, 17, 27), reported once each
+
+
+# --- resume ---------------------------------------------------------------------------------
+
+
+def _run(dr: fd.Driver, data: Any, workers: int, stop: int | None = None, state: Any = None) -> tuple[list[Any], Any]:
+    loader = dr.dataloader(["x"], inputs={"data": data}, batch_size=6, num_workers=workers, shuffle=True,
+                           shuffle_buffer=20, seed=7)
+    if state is not None:
+        loader.load_state_dict(state)
+    out = []
+    for k, b in enumerate(loader):
+        out.append(tuple(b["x"].tolist()))
+        if stop is not None and k + 1 == stop:
+            return out, loader.state_dict()
+    return out, None
+
+
+@settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(shards=st.sampled_from([1, 3, 4]), before=st.sampled_from([0, 2]), after=st.sampled_from([0, 1, 2]),
+       stop=st.integers(1, 12))
+def test_resume_gives_exactly_the_remaining_batches_of_the_uninterrupted_run(
+    dr: fd.Driver, shards: int, before: int, after: int, stop: int
+) -> None:
+    data = _stream(shards)
+    full, _ = _run(dr, data, before)
+    first, state = _run(dr, data, before, stop=stop)
+    assert state is not None and sum(state["lane_batches"].values()) == stop
+    rest, _ = _run(dr, data, after, state=state)
+    # The shuffle buffer's rows included: the remaining batches are those of the full run.
+    assert Counter(first) + Counter(rest) == Counter(full)
+    assert sorted(v for b in first + rest for v in b) == _all(shards)
+
+
+def test_a_tampered_stream_position_is_refused(dr: fd.Driver) -> None:
+    data = _stream(2)
+    _, state = _run(dr, data, 0, stop=2)
+    state["lane_batches"] = {"0": 5}
+    loader = dr.dataloader(["x"], inputs={"data": data}, batch_size=6, shuffle=True, shuffle_buffer=20, seed=7)
+    with pytest.raises(fd.FlowdataError, match=r"cannot resume: the saved position of the stream in shards.*do not "
+                                               r"add up"):
+        loader.load_state_dict(state)
