@@ -109,7 +109,8 @@ class ChunkResult:
     ``skipped`` lists the samples left out under ``on_error="skip"``; ``node_seconds`` the
     time spent in each node; ``sample_bytes`` an estimate of one sample's memory (its item
     and every computed value), for chunk sizing. ``items`` are the delivered samples' items,
-    set in the main process (they never travel back from a worker).
+    set in the main process (they travel back from a worker only for a task that read a
+    shard there, :func:`~flowdata.run.worker.run_shard`).
     """
 
     indices: Sequence[int]

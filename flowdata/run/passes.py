@@ -36,8 +36,9 @@ from flowdata.run.deadline import Stuck, Watch
 from flowdata.run.executors import Executor, InlineExecutor, WorkerDied
 from flowdata.run.kernel import ChunkResult, Failure, PassSpec, failure_of
 from flowdata.run.sequential import SequentialStream
+from flowdata.run.shards import SHARD_STRIDE, ShardedSource
 from flowdata.run.source import Source
-from flowdata.run.worker import PassContext, Task, run_task
+from flowdata.run.worker import PassContext, ShardRead, Task, run_task
 
 __all__ = ["Engine", "OnError", "Recorder", "failure_error", "on_error_mode"]
 
@@ -196,12 +197,19 @@ class Engine:
             spec = dataclasses.replace(spec, timeout=self.timeout)
         if kind == "sequential":
             return self._sequential(spec, whole, source.open())
-        keyed = getattr(source, "keyed", None)  # a source in shards: its own sample indices
-        return self._parallel(spec, whole, keyed() if keyed is not None else source.open(), keyed is not None)
+        if isinstance(source, ShardedSource):  # its own sample indices; its shards read in parallel
+            workers = getattr(self.executor, "num_workers", 1)
+            if spec.computes and not isinstance(self.executor, InlineExecutor) and source.num_shards >= workers:
+                return self._parallel(spec, whole, iter(()), shards=source)
+            return self._parallel(spec, whole, source.keyed(), keyed=True)
+        return self._parallel(spec, whole, source.open())
 
     def _parallel(
-        self, spec: PassSpec, whole: Mapping[str, Any], items: Iterator[Any], keyed: bool = False
+        self, spec: PassSpec, whole: Mapping[str, Any], items: Iterator[Any], keyed: bool = False,
+        shards: ShardedSource | None = None,
     ) -> Iterator[ChunkResult]:
+        """Chunks of ``items`` computed on the executor; or, with ``shards``, one task per
+        shard, read where it runs (:func:`~flowdata.run.worker.run_shard`)."""
         group = spec.group
         # Workers in other processes that a node does not let go of are ended by a watch.
         watch = Watch(spec.timeout) if spec.timeout is not None and spec.computes and not isinstance(
@@ -217,6 +225,10 @@ class Engine:
             cut = chunked_keyed if keyed else chunked
             fresh = (Task(span, idx, chunk) for span, idx, chunk in
                      cut(items, sizer.next_size, self.recorder.skipped(group)))
+            if shards is not None:
+                fresh = (Task((s * SHARD_STRIDE, (s + 1) * SHARD_STRIDE), (), ShardRead(
+                    shards.data, shards.num_shards, s, self.recorder.skipped(group), group in spec.want))
+                    for s in range(shards.num_shards))
             redo: deque[Task] = deque()  # chunks lost with a worker that was ended, computed again first
             in_flight: deque[Task] = deque()
 
@@ -233,6 +245,12 @@ class Engine:
                 try:
                     for result in results:
                         task = in_flight.popleft()
+                        if isinstance(task.items, ShardRead):  # the worker read the shard
+                            if result.failure is None and group in spec.want:
+                                result.columns[group] = list(result.items)
+                            del task
+                            yield self.recorder.check(group, spec.number, result)
+                            continue
                         chunk = task.items if isinstance(task.items, list) else list(task.items)
                         if result.failure is None:
                             kept = chunk if len(result.indices) == len(task.indices) else _kept(
@@ -251,7 +269,8 @@ class Engine:
                     for one in stuck:  # raises under "raise"
                         self._timed_out(spec, one, in_flight)
                     # Every chunk the ended pool held is computed again, in order, by new workers.
-                    again = [t for t in in_flight if len(t.indices)] + list(redo)
+                    again = [_without(t, stuck) for t in in_flight if len(t.indices) or isinstance(
+                        t.items, ShardRead)] + list(redo)
                     redo.clear()
                     redo.extend(again)
                     in_flight.clear()
@@ -270,14 +289,14 @@ class Engine:
         """Reports the sample a worker was ended on; under ``"skip"`` leaves it out of its chunk."""
         name = spec.computes[stuck.position]
         for k, task in enumerate(in_flight):
-            if stuck.index in task.indices:
+            if stuck.index in task.indices and not isinstance(task.items, ShardRead):
                 pos = list(task.indices).index(stuck.index)
                 item = task.items[pos]
                 in_flight[k] = Task(task.span, [*task.indices[:pos], *task.indices[pos + 1 :]],
                                     [*task.items[:pos], *task.items[pos + 1 :]])
                 break
         else:
-            item = "?"
+            item = "?"  # in a shard read by the worker that was ended (see _without)
         assert spec.timeout is not None
         failure = failure_of(self.nodes[name], stuck.index, item,
                              stuck.error(spec.timeout, "worker process", " and replaced"))
@@ -303,6 +322,15 @@ class Engine:
         context = PassContext(self.program, spec, whole, False, nodes=self.nodes)
         result = run_task(context, Task((index, index + 1), [index], [item]))
         return self.recorder.check(spec.group, spec.number, result)
+
+
+def _without(task: Task, stuck: list[Stuck]) -> Task:
+    """A shard's task to compute again, without the samples a worker was ended on."""
+    if not isinstance(task.items, ShardRead):
+        return task
+    lo, hi = task.span
+    out = {one.index for one in stuck if lo <= one.index < hi}
+    return dataclasses.replace(task, items=dataclasses.replace(task.items, exclude=task.items.exclude | out))
 
 
 def _kept(indices: Sequence[int], items: list[Any], kept: Sequence[int]) -> list[Any]:

@@ -4,7 +4,8 @@ Nodes travel to other processes as a :class:`~flowdata.discover.Program` (module
 and config); each process rebuilds them once and keeps them here, whichever kind of
 worker it is -- an executor's pool worker or a torch DataLoader worker. A pass reaches a
 worker as a :class:`PassContext`, sent once per worker by the executor; each chunk is then
-only its sample indices and items (:class:`Task`).
+only its sample indices and items (:class:`Task`), or, for a source in shards, the shard
+to read there (:class:`ShardRead`).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from flowdata.errors import describe
 from flowdata.node import Node
 from flowdata.run.kernel import ChunkResult, PassSpec, portable, run_chunk
 
-__all__ = ["PassContext", "Task", "nodes_for", "run_task"]
+__all__ = ["PassContext", "ShardRead", "Task", "nodes_for", "run_shard", "run_task"]
 
 _NODES: dict[bytes, Mapping[str, Node]] = {}
 
@@ -99,11 +100,28 @@ class Task:
 
     span: tuple[int, int]
     indices: Sequence[int]
-    items: Sequence[Any]
+    items: Sequence[Any] | ShardRead
+
+
+@dataclass(frozen=True)
+class ShardRead:
+    """The items of a :class:`Task` over a whole shard of a source in shards: read where
+    the task runs, so that shards are read in parallel (see :func:`run_shard`).
+
+    ``want_items`` asks for the delivered items back (a consumer reads the source's items).
+    """
+
+    data: Any
+    num_shards: int
+    shard: int
+    exclude: frozenset[int] = frozenset()
+    want_items: bool = False
 
 
 def run_task(context: PassContext, task: Task) -> ChunkResult:
     """Computes one chunk of a pass (the function every executor maps)."""
+    if isinstance(task.items, ShardRead):
+        return run_shard(context, task.span, task.items)
     local = context.local
     result = run_chunk(
         context.nodes, context.spec, context.whole, task.indices, task.items,
@@ -113,3 +131,45 @@ def run_task(context: PassContext, task: Task) -> ChunkResult:
         result.failure = portable(result.failure)
         result.skipped = [f for f in map(portable, result.skipped) if f is not None]
     return result
+
+
+def run_shard(context: PassContext, span: tuple[int, int], read: ShardRead) -> ChunkResult:
+    """Reads one shard and computes it in chunks sized as the engine sizes them (so memory
+    stays bounded), into one result: columns and folded pieces in index order."""
+    from flowdata.run.chunking import MAX_CHUNK, ChunkSizer, chunked_keyed
+    from flowdata.run.shards import ShardedSource
+
+    spec = context.spec
+    source = ShardedSource(context.nodes[spec.group], read.data)
+    source.num_shards = read.num_shards
+    sizer = ChunkSizer(None, MAX_CHUNK, align=bool(spec.folds))
+    total = ChunkResult([], {}, span=span)
+    delivered: list[int] = []
+    back: list[Any] = []
+    for sub, indices, items in chunked_keyed(source.rows(read.shard), sizer.next_size, read.exclude):
+        if not indices:
+            continue
+        part = run_task(context, Task(sub, indices, items))
+        sizer.observe(part.seconds, len(indices), part.sample_bytes)
+        total.skipped.extend(part.skipped)
+        total.seconds += part.seconds
+        total.worker = part.worker
+        total.sample_bytes = max(total.sample_bytes, part.sample_bytes)
+        for name, t in part.node_seconds.items():
+            total.node_seconds[name] = total.node_seconds.get(name, 0.0) + t
+        if part.failure is not None:
+            total.failure = part.failure
+            break
+        delivered.extend(part.indices)
+        for name, values in part.columns.items():
+            total.columns.setdefault(name, []).extend(values)
+        for name, pieces in part.pieces.items():
+            total.pieces.setdefault(name, []).extend(pieces)
+        # The items come back when a consumer reads them; else only those of loose values
+        # (a reducer that cannot fold one names its item), None for the others.
+        loose = set() if read.want_items else {at for p in part.pieces.values() for kind, at, _ in p if kind != "block"}
+        kept = set(part.indices)
+        back.extend(x if read.want_items or i in loose else None for i, x in zip(indices, items) if i in kept)
+    total.indices = delivered
+    total.items = back
+    return total
