@@ -365,3 +365,15 @@ def test_a_tampered_stream_position_is_refused(dr: fd.Driver) -> None:
     with pytest.raises(fd.FlowdataError, match=r"cannot resume: the saved position of the stream in shards.*do not "
                                                r"add up"):
         loader.load_state_dict(state)
+
+
+def test_a_stream_split_by_node_already_is_not_split_between_ranks_again(dr: fd.Driver) -> None:
+    from datasets.distributed import split_dataset_by_node
+
+    part = split_dataset_by_node(_stream(4), rank=1, world_size=2)
+    with pytest.raises(fd.InputError, match=r"(?s)source .row. returned a stream already split by node.*2 ranks too.*"
+                                            r"fix: return the whole stream"):
+        dr.dataloader(["x"], inputs={"data": part}, batch_size=8, rank=0, world_size=2)
+    # On its own (one rank per node), the node's part is read as the library splits it: whole.
+    got = _xs(dr.dataloader(["x"], inputs={"data": part}, batch_size=8, num_workers=2))
+    assert sorted(got) == [float(s * 1000 + i) for s in (1, 3) for i in range(ROWS)]

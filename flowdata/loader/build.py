@@ -100,6 +100,19 @@ def _writable(directory: str | None) -> str | None:
     return directory
 
 
+def _refuse_split_by_node(source: str, opened: object, options: LoaderOptions) -> None:
+    """A stream already split by node would be split between ranks twice: refused."""
+    raw = getattr(opened, "_items", None)
+    if options.world_size > 1 and getattr(raw, "_distributed", None) is not None:
+        raise InputError(
+            f"source '{source}' returned a stream already split by node (datasets.distributed."
+            f"split_dataset_by_node), and the loader deals samples to {options.world_size} ranks too: each rank "
+            "would get a share of its share and the other rows would be lost\n"
+            "  fix: return the whole stream (flowdata splits its shards between ranks and workers), or build the "
+            "loader with world_size=1 on each node"
+        )
+
+
 def _say_fallback(source: str, shards: int, options: LoaderOptions) -> None:
     """Logs, once, that a stream has fewer shards than consumers (rows are read again)."""
     workers = max(1, options.num_workers)
@@ -163,6 +176,7 @@ def build_dataset(
             # Called here once (a function returning a stream is cheap to call): what it
             # returns decides how the epochs read it.
             opened = run.open_source(group)
+            _refuse_split_by_node(group.source, opened, options)
             if isinstance(opened, ShardedSource):
                 sharded = opened
                 run.use_source(group.source, sharded)  # the statistics pass streams it once, here

@@ -44,6 +44,10 @@ def is_sharded(value: Any) -> bool:
         return False  # a sized, indexable object is an index (a datasets.Dataset has shard() too)
     try:
         n = getattr(value, "num_shards", None)
+        if getattr(value, "_distributed", None) is not None:
+            # Split by node already (datasets.distributed.split_dataset_by_node): read as
+            # the library gives it, in order, so that its own split applies once.
+            return False
     except Exception:
         return False
     return isinstance(n, int) and not isinstance(n, bool) and n >= 1 and callable(getattr(value, "shard", None))
