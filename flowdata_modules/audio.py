@@ -2,8 +2,11 @@
 
 Inputs and config (Hamilton-style; config entries are inputs too):
 
-- ``manifest``: a CSV with columns ``path,label``, paths relative to the CSV's folder; or a
-  folder or glob pattern of audio files, each labelled by the name of its folder;
+- ``manifest``: a CSV with columns ``path,label``, paths relative to the CSV's folder; a
+  folder or glob pattern of audio files, each labelled by the name of its folder; or a
+  Hugging Face ``datasets.Dataset`` or ``IterableDataset``, its clips in ``media_column``
+  ("audio": ``Audio(decode=False)`` dicts, paths, URLs or bytes) and its labels in
+  ``label_column`` ("label"; a ``ClassLabel`` keeps its names and numbers);
 - ``sample_rate`` (16000), ``clip_seconds`` (1.0), ``n_mels`` (64).
 
 Outputs: ``features`` (normalised log-mel, float32 ``[n_mels, frames]``) and ``label``
@@ -14,29 +17,39 @@ DataLoader workers; the statistics take one streaming pass.
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 
 from flowdata import Collect, Parallel, reduce
 from flowdata.media import load_audio
-from flowdata.stats import Stats, Vocab, Vocabulary, Welford
+from flowdata.stats import Stats, Vocab, Welford
 from flowdata.transforms import LogMel, Normalize, PadOrTrim
-from flowdata_modules._manifest import read_manifest
+from flowdata_modules._manifest import LabelVocabulary, class_names as _class_names, label_of, media_of, read_manifest
 
 
 AUDIO_SUFFIXES = (".wav", ".flac", ".ogg", ".mp3", ".aiff", ".aif", ".au", ".opus", ".m4a")
 
 
-def row(manifest: str) -> Parallel[dict[str, str]]:
-    """One ``{"path", "label"}`` row per clip: from a ``path,label`` CSV, or every audio file
-    of a folder or glob pattern, labelled by the folder that holds it."""
-    yield from read_manifest(manifest, AUDIO_SUFFIXES)
+def row(manifest: object, media_column: str = "audio", label_column: str = "label") -> Parallel[dict[str, Any]]:
+    """The samples: one ``{"path", "label"}`` row per clip of a ``path,label`` CSV, or every
+    audio file of a folder or glob pattern, labelled by the folder that holds it; or a
+    Hugging Face dataset's rows, its ``media_column`` and ``label_column`` only (the dataset
+    itself, not a copy: a map-style one is the loader's index, an iterable one streams)."""
+    return read_manifest(manifest, AUDIO_SUFFIXES, media_column, label_column)
 
 
-def waveform(row: dict[str, str], sample_rate: int = 16000, clip_seconds: float = 1.0,
-             max_seconds: float = 3600.0) -> torch.Tensor:
+def class_names(manifest: object, label_column: str = "label") -> tuple[str, ...] | None:
+    """The names of a dataset's ``ClassLabel`` label column, in its order; None for a CSV,
+    folder, pattern, or a dataset whose labels are plain strings or numbers."""
+    return _class_names(manifest, label_column)
+
+
+def waveform(row: dict[str, Any], sample_rate: int = 16000, clip_seconds: float = 1.0,
+             max_seconds: float = 3600.0, media_column: str = "audio") -> torch.Tensor:
     """The clip decoded, mono, resampled to ``sample_rate``, padded or trimmed: ``[samples]``.
     A file whose header declares more than ``max_seconds`` is refused before decoding."""
-    wave, _ = load_audio(row["path"], sample_rate=sample_rate, mono=True, max_seconds=max_seconds)
+    wave, _ = load_audio(media_of(row, media_column), sample_rate=sample_rate, mono=True, max_seconds=max_seconds)
     clip: torch.Tensor = PadOrTrim(int(round(sample_rate * clip_seconds)))(wave[0])
     return clip
 
@@ -71,14 +84,15 @@ def features(log_mel: torch.Tensor, feature_normalization: Normalize) -> torch.T
     return normalized.float()
 
 
-def label_name(row: dict[str, str]) -> str:
-    """The clip's label as written in the manifest."""
-    return row["label"]
+def label_name(row: dict[str, Any], class_names: tuple[str, ...] | None = None, label_column: str = "label") -> str:
+    """The clip's label as written in the manifest; a ``ClassLabel``'s name for its number."""
+    return label_of(row, label_column, class_names)
 
 
-@reduce(Vocabulary)
-def label_vocab(label_name: Collect[str]) -> Vocab:
-    """The labels, most frequent first (ties in name order)."""
+@reduce(LabelVocabulary)
+def label_vocab(label_name: Collect[str], class_names: tuple[str, ...] | None) -> Vocab:
+    """The labels, most frequent first (ties in name order); a ``ClassLabel``'s names in the
+    dataset's order, so that ``label`` is the dataset's own number."""
     raise NotImplementedError("@reduce folds the values; the body is not called")
 
 

@@ -2,8 +2,11 @@
 
 Inputs and config (Hamilton-style; config entries are inputs too):
 
-- ``manifest``: a CSV with columns ``path,label``, paths relative to the CSV's folder; or a
-  folder or glob pattern of image files, each labelled by the name of its folder;
+- ``manifest``: a CSV with columns ``path,label``, paths relative to the CSV's folder; a
+  folder or glob pattern of image files, each labelled by the name of its folder; or a
+  Hugging Face ``datasets.Dataset`` or ``IterableDataset``, its images in ``media_column``
+  ("image": ``Image(decode=False)`` dicts, paths, URLs or bytes) and its labels in
+  ``label_column`` ("label"; a ``ClassLabel`` keeps its names and numbers);
 - ``image_size`` (32), ``use_imagenet_stats`` (False), ``augment`` (False).
 
 Outputs: ``pixels`` (normalised float32 ``[3, image_size, image_size]``) and ``label``
@@ -16,15 +19,17 @@ first pass reads only the manifest's labels and decodes no image.
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 import torchvision.transforms.v2.functional  # noqa: F401  # once here, so forked workers inherit it
 from hamilton.function_modifiers import config
 
 from flowdata import Collect, Parallel, reduce
 from flowdata.media import load_image
-from flowdata.stats import Stats, Vocab, Vocabulary, Welford
+from flowdata.stats import Stats, Vocab, Welford
 from flowdata.transforms import CenterCrop, Normalize, RandomCrop, RandomHorizontalFlip, Resize
-from flowdata_modules._manifest import read_manifest
+from flowdata_modules._manifest import LabelVocabulary, class_names as _class_names, label_of, media_of, read_manifest
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
@@ -33,21 +38,30 @@ IMAGENET_STD = (0.229, 0.224, 0.225)
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".tif", ".tiff", ".webp")
 
 
-def row(manifest: str) -> Parallel[dict[str, str]]:
-    """One ``{"path", "label"}`` row per image: from a ``path,label`` CSV, or every image
-    file of a folder or glob pattern, labelled by the folder that holds it."""
-    yield from read_manifest(manifest, IMAGE_SUFFIXES)
+def row(manifest: object, media_column: str = "image", label_column: str = "label") -> Parallel[dict[str, Any]]:
+    """The samples: one ``{"path", "label"}`` row per image of a ``path,label`` CSV, or every
+    image file of a folder or glob pattern, labelled by the folder that holds it; or a
+    Hugging Face dataset's rows, its ``media_column`` and ``label_column`` only (the dataset
+    itself, not a copy: a map-style one is the loader's index, an iterable one streams)."""
+    return read_manifest(manifest, IMAGE_SUFFIXES, media_column, label_column)
+
+
+def class_names(manifest: object, label_column: str = "label") -> tuple[str, ...] | None:
+    """The names of a dataset's ``ClassLabel`` label column, in its order; None for a CSV,
+    folder, pattern, or a dataset whose labels are plain strings or numbers."""
+    return _class_names(manifest, label_column)
 
 
 def resized(
-    row: dict[str, str], image_size: int = 32, max_pixels: int = 90_000_000, jpeg_draft: bool = True
+    row: dict[str, Any], image_size: int = 32, max_pixels: int = 90_000_000, jpeg_draft: bool = True,
+    media_column: str = "image",
 ) -> torch.Tensor:
     """The image decoded as RGB in [0, 1], its short side resized, centre-cropped square.
     An image whose header declares more than ``max_pixels`` is refused before decoding;
     with ``jpeg_draft``, a JPEG is decoded at the smallest of its built-in reduced scales
     that still covers ``image_size`` (a 4000x3000 photo for 32x32 decodes at 1/8)."""
     draft = (image_size, image_size) if jpeg_draft else None
-    image = load_image(row["path"], mode="RGB", max_pixels=max_pixels, draft=draft)
+    image = load_image(media_of(row, media_column), mode="RGB", max_pixels=max_pixels, draft=draft)
     h, w = image.shape[-2:]
     scale = image_size / min(h, w)
     size = (max(image_size, round(h * scale)), max(image_size, round(w * scale)))
@@ -84,14 +98,15 @@ def pixels(resized: torch.Tensor, normalization: Normalize, sample_rng: torch.Ge
     return normalized.float()
 
 
-def label_name(row: dict[str, str]) -> str:
-    """The image's label as written in the manifest."""
-    return row["label"]
+def label_name(row: dict[str, Any], class_names: tuple[str, ...] | None = None, label_column: str = "label") -> str:
+    """The image's label as written in the manifest; a ``ClassLabel``'s name for its number."""
+    return label_of(row, label_column, class_names)
 
 
-@reduce(Vocabulary)
-def label_vocab(label_name: Collect[str]) -> Vocab:
-    """The labels, most frequent first (ties in name order)."""
+@reduce(LabelVocabulary)
+def label_vocab(label_name: Collect[str], class_names: tuple[str, ...] | None) -> Vocab:
+    """The labels, most frequent first (ties in name order); a ``ClassLabel``'s names in the
+    dataset's order, so that ``label`` is the dataset's own number."""
     raise NotImplementedError("@reduce folds the values; the body is not called")
 
 
