@@ -241,12 +241,16 @@ def test_the_first_batch_of_an_endless_stream_arrives(dr: fd.Driver) -> None:
     assert first["x"].tolist() == [0.0, 1.0, 2.0, 3.0, 4.0]
 
 
-def test_a_generator_source_iterating_a_stream_loses_nothing_with_workers(dr: fd.Driver) -> None:
+@pytest.mark.parametrize("workers", [0, 2, 3])
+@pytest.mark.parametrize("streaming", [False, True])
+def test_a_generator_source_iterating_a_stream_loses_nothing_with_workers(
+    dr: fd.Driver, workers: int, streaming: bool
+) -> None:
     # Inside a torch worker, datasets keeps only that worker's shards; every worker of a
     # plain stream reads all items and computes its own batches: 150 of 300 rows came before.
     stream = datasets.IterableDataset.from_generator(
         lambda shards: ({"x": s * 1000 + i} for s in shards for i in range(150)), gen_kwargs={"shards": [0, 1]})
-    loader = dr.dataloader(["sx"], inputs={"data": stream}, batch_size=10, num_workers=2, streaming=True)
+    loader = dr.dataloader(["sx"], inputs={"data": stream}, batch_size=10, num_workers=workers, streaming=streaming)
     got = _xs(loader, "sx")
     assert len(got) == 300
     assert sorted(got) == sorted(float(s * 1000 + i) for s in (0, 1) for i in range(150))
@@ -328,9 +332,10 @@ def out(picky: float, picky_stats: Any) -> float:
 # --- resume ---------------------------------------------------------------------------------
 
 
-def _run(dr: fd.Driver, data: Any, workers: int, stop: int | None = None, state: Any = None) -> tuple[list[Any], Any]:
+def _run(dr: fd.Driver, data: Any, workers: int, stop: int | None = None, state: Any = None,
+         rank: int = 0, world_size: int = 1) -> tuple[list[Any], Any]:
     loader = dr.dataloader(["x"], inputs={"data": data}, batch_size=6, num_workers=workers, shuffle=True,
-                           shuffle_buffer=20, seed=7)
+                           shuffle_buffer=20, seed=7, rank=rank, world_size=world_size)
     if state is not None:
         loader.load_state_dict(state)
     out = []
@@ -341,20 +346,23 @@ def _run(dr: fd.Driver, data: Any, workers: int, stop: int | None = None, state:
     return out, None
 
 
-@settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(shards=st.sampled_from([1, 3, 4]), before=st.sampled_from([0, 2]), after=st.sampled_from([0, 1, 2]),
-       stop=st.integers(1, 6))  # a 1-shard stream has 7 batches of 6
+@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(shards=st.sampled_from([1, 3, 4, 8]), before=st.sampled_from([0, 2]), after=st.sampled_from([0, 1, 2]),
+       world_size=st.sampled_from([1, 2]), stop=st.integers(1, 3))  # 1 shard, 2 ranks x 2 workers: 4 batches a rank
 def test_resume_gives_exactly_the_remaining_batches_of_the_uninterrupted_run(
-    dr: fd.Driver, shards: int, before: int, after: int, stop: int
+    dr: fd.Driver, shards: int, before: int, after: int, world_size: int, stop: int
 ) -> None:
     data = _stream(shards)
-    full, _ = _run(dr, data, before)
-    first, state = _run(dr, data, before, stop=stop)
-    assert state is not None and sum(state["lane_batches"].values()) == stop
-    rest, _ = _run(dr, data, after, state=state)
-    # The shuffle buffer's rows included: the remaining batches are those of the full run.
-    assert Counter(first) + Counter(rest) == Counter(full)
-    assert sorted(v for b in first + rest for v in b) == _all(shards)
+    every: list[float] = []
+    for rank in range(world_size):
+        full, _ = _run(dr, data, before, rank=rank, world_size=world_size)
+        first, state = _run(dr, data, before, stop=stop, rank=rank, world_size=world_size)
+        assert state is not None and sum(state["lane_batches"].values()) == stop
+        rest, _ = _run(dr, data, after, state=state, rank=rank, world_size=world_size)
+        # The shuffle buffer's rows included: the remaining batches are those of the full run.
+        assert Counter(first) + Counter(rest) == Counter(full)
+        every += [v for b in first + rest for v in b]
+    assert sorted(every) == _all(shards)
 
 
 def test_a_tampered_stream_position_is_refused(dr: fd.Driver) -> None:
@@ -377,3 +385,12 @@ def test_a_stream_split_by_node_already_is_not_split_between_ranks_again(dr: fd.
     # On its own (one rank per node), the node's part is read as the library splits it: whole.
     got = _xs(dr.dataloader(["x"], inputs={"data": part}, batch_size=8, num_workers=2))
     assert sorted(got) == [float(s * 1000 + i) for s in (1, 3) for i in range(ROWS)]
+
+
+def test_the_dataset_of_a_stream_in_shards_works_under_a_plain_torch_dataloader(dr: fd.Driver) -> None:
+    from torch.utils.data import DataLoader
+
+    ds = dr.dataset(["x", "key"], inputs={"data": _stream(4)})
+    assert type(ds).__name__ == "LaneDataset"
+    rows = [r for batch in DataLoader(ds, batch_size=5, num_workers=2) for r in batch["x"].tolist()]
+    assert sorted(rows) == _all(4)  # each worker read its own shards, laid out for 2 workers
