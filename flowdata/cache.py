@@ -85,7 +85,25 @@ def _feed(h: Any, value: Any) -> None:
         if str(arr.dtype) == "torch.bfloat16":  # numpy has no bfloat16; float32 holds it exactly
             arr = arr.float()
         h.update(arr.contiguous().numpy().tobytes())
+    elif type(value).__module__.startswith("datasets."):
+        _feed_hf(h, value)
     else:
+        h.update(f"pickle:{type(value).__qualname__}:".encode())
+        h.update(pickle.dumps(value, protocol=4))
+
+
+def _feed_hf(h: Any, value: Any) -> None:
+    """A Hugging Face dataset by its own fingerprint, never by its pickle (a map-style
+    dataset held in memory pickles whole; a stream's generator may be a lambda)."""
+    fingerprint = getattr(value, "_fingerprint", None)
+    if isinstance(fingerprint, str):  # datasets.Dataset: derived from its data and every operation on it
+        h.update(f"datasets:{type(value).__qualname__}:{fingerprint}:{len(value)};".encode())
+        return
+    from datasets.fingerprint import Hasher
+
+    try:  # a stream: its generator's code and arguments (its rows are fingerprinted as a source's items)
+        h.update(f"datasets:{type(value).__qualname__}:{Hasher.hash(value)};".encode())
+    except Exception:
         h.update(f"pickle:{type(value).__qualname__}:".encode())
         h.update(pickle.dumps(value, protocol=4))
 

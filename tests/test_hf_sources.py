@@ -394,3 +394,18 @@ def test_the_dataset_of_a_stream_in_shards_works_under_a_plain_torch_dataloader(
     assert type(ds).__name__ == "LaneDataset"
     rows = [r for batch in DataLoader(ds, batch_size=5, num_workers=2) for r in batch["x"].tolist()]
     assert sorted(rows) == _all(4)  # each worker read its own shards, laid out for 2 workers
+
+
+def test_a_stream_from_a_lambda_is_cached_by_its_rows(make_module: Callable[[str], Any], tmp_path: Path) -> None:
+    module = make_module(FLOW)
+    dr = fd.Builder().with_modules(module).build()
+
+    def stream(top: int) -> datasets.IterableDataset:  # a lambda does not pickle: keyed by datasets' own hash
+        return datasets.IterableDataset.from_generator(lambda: ({"x": i} for i in range(top)))
+
+    first = dr.execute(["x_stats"], inputs={"data": stream(30)}, cache_dir=tmp_path)["x_stats"]
+    module.CALLS.clear()
+    again = dr.execute(["x_stats"], inputs={"data": stream(30)}, cache_dir=tmp_path)["x_stats"]
+    assert module.CALLS == [] and again.mean.item() == first.mean.item() == pytest.approx(14.5)
+    other = dr.execute(["x_stats"], inputs={"data": stream(31)}, cache_dir=tmp_path)["x_stats"]
+    assert other.mean.item() == pytest.approx(15.0)
