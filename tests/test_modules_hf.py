@@ -242,6 +242,23 @@ def test_an_iterable_dataset_is_read_by_execute(shapes: tuple[Path, list[tuple[s
         dr.execute(["pixel_stats"], inputs={"manifest": other})
 
 
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_an_iterable_dataset_is_streamed_by_the_loader_with_every_image_once(
+    shapes: tuple[Path, list[tuple[str, bytes]]], num_workers: int
+) -> None:
+    root, rows = shapes
+    dr = fd.Builder().with_modules(image).with_config(IMAGE_CONFIG).build()
+    by_folder = dr.dataloader(["pixels", "label"], inputs={"manifest": str(root)}, batch_size=4)
+    want_x, want_y = _epoch(by_folder, "pixels")
+    streamed = dr.dataloader(["pixels", "label"], inputs={"manifest": _image_dataset(rows).to_iterable_dataset(
+        num_shards=2)}, batch_size=4, num_workers=num_workers)
+    assert streamed.streaming and streamed.stats["label_vocab"] == by_folder.stats["label_vocab"]
+    got_x, got_y = _epoch(streamed, "pixels")
+    # every image once (in the lanes' order): the same multiset of (pixels, label) as the folder's
+    key = lambda x, y: sorted((round(float(a.sum()), 4), int(b)) for a, b in zip(x, y))  # noqa: E731
+    assert got_x.shape == want_x.shape and key(got_x, got_y) == key(want_x, want_y)
+
+
 def test_an_unlabelled_class_label_row_fails_or_is_skipped(shapes: tuple[Path, list[tuple[str, bytes]]]) -> None:
     _, rows = shapes
     ds = _image_dataset(rows, class_label=COLOURS)
