@@ -12,9 +12,11 @@ A group's samples come from a :class:`Source`:
 - ``shard(rank, world_size)`` gives the ``(index, item)`` pairs one of several ranks takes.
 
 Adapters: :class:`IndexSource` over a sized, indexable object returned by the source
-function (a list, a ``datasets.Dataset``, an Arrow table: :class:`SequenceIndex`, used as
-it is) or over an Arrow index (:class:`ArrowIndex`); :class:`IterableSource` over
-anything else (a generator), which is read once -- :func:`indexed` stores its items in an
+function (a list, an Arrow table: :class:`SequenceIndex`, used as it is; a
+``datasets.Dataset``: :class:`~flowdata.run.shards.DatasetIndex`) or over an Arrow index
+(:class:`ArrowIndex`); :class:`~flowdata.run.shards.ShardedSource` over an iterable in
+shards (a ``datasets.IterableDataset``), whose ``keyed()`` gives each item with its own
+sample index; :class:`IterableSource` over anything else (a generator), which is read once -- :func:`indexed` stores its items in an
 Arrow IPC file that every worker memory-maps, so a worker's private memory does not grow
 as it walks the items (a Python list's reference counts are written on every read:
 copy-on-read after fork).
