@@ -409,3 +409,112 @@ def test_a_stream_from_a_lambda_is_cached_by_its_rows(make_module: Callable[[str
     assert module.CALLS == [] and again.mean.item() == first.mean.item() == pytest.approx(14.5)
     other = dr.execute(["x_stats"], inputs={"data": stream(31)}, cache_dir=tmp_path)["x_stats"]
     assert other.mean.item() == pytest.approx(15.0)
+
+
+# --- found in review ------------------------------------------------------------------------
+
+TEXT_FLOW = """
+from typing import Any
+from flowdata import Collect, Parallel
+
+def row(data: Any) -> Parallel[Any]:
+    return data
+
+def text(row: Any) -> str:
+    return type(row).__name__ + ":" + " ".join(str(row["x"]).split())
+
+def all_text(text: Collect[str]) -> list[str]:
+    return list(text)
+"""
+
+
+@pytest.mark.parametrize("kind", ["pandas", "arrow", "numpy"])
+def test_a_dataset_in_another_format_gives_its_rows_as_dataset_i_does(
+    make_module: Callable[[str], Any], kind: str
+) -> None:
+    dr = fd.Builder().with_modules(make_module(TEXT_FLOW)).build()
+    ds = datasets.Dataset.from_dict({"x": list(range(5)), "y": list(range(5))}).with_format(kind)
+    want = [dr.run_sample(["text"], item=ds[i])["text"] for i in range(5)]
+    assert dr.execute(["all_text"], inputs={"data": ds})["all_text"] == want  # 5 samples, one per row
+    loader = dr.dataloader(["text"], inputs={"data": ds}, batch_size=4)
+    assert [t for b in loader for t in b["text"]] == want
+
+
+def test_files_named_inside_an_undecoded_image_column_are_part_of_the_cache_key(
+    make_module: Callable[[str], Any], tmp_path: Path
+) -> None:
+    module = make_module("""
+from typing import Any
+from flowdata import Collect, Parallel, reduce
+from flowdata.stats import Welford
+
+def row(data: Any) -> Parallel[dict]:
+    return data
+
+def nbytes(row: dict) -> float:
+    with open(row["image"]["path"], "rb") as f:
+        return float(len(f.read()))
+
+@reduce(Welford)
+def size_stats(nbytes: Collect[float]) -> Any: ...
+""")
+    dr = fd.Builder().with_modules(module).build()
+    paths = []
+    for i in range(4):
+        (tmp_path / f"{i}.png").write_bytes(b"x" * 10)
+        paths.append(str(tmp_path / f"{i}.png"))
+
+    def make() -> datasets.Dataset:
+        return datasets.Dataset.from_dict({"image": paths}).cast_column("image", datasets.Image(decode=False))
+
+    cache = tmp_path / "cache"
+    assert dr.execute(["size_stats"], inputs={"data": make()}, cache_dir=cache)["size_stats"].mean.item() == 10
+    for p in paths:
+        with open(p, "wb") as f:
+            f.write(b"x" * 1000)
+        os.utime(p, (1e9, 1e9))  # a new size and modification time
+    assert dr.execute(["size_stats"], inputs={"data": make()}, cache_dir=cache)["size_stats"].mean.item() == 1000
+
+
+def _uneven(shards: list[int]) -> Iterator[dict[str, int]]:
+    for s in shards:
+        yield from ({"x": s * 100 + i} for i in range(3 if s == 0 else 0))
+
+
+def test_an_empty_shard_in_a_pooled_pass_gives_what_inline_gives(dr: fd.Driver) -> None:
+    data = datasets.IterableDataset.from_generator(_uneven, gen_kwargs={"shards": [0, 1, 2]})
+    inline = dr.execute(["all_x", "x_stats"], inputs={"data": data})
+    pooled = dr.execute(["all_x", "x_stats"], inputs={"data": data}, executor=fd.ProcessExecutor(2))
+    assert pooled["all_x"] == inline["all_x"] == [0.0, 1.0, 2.0]
+    assert pooled["x_stats"].mean.item() == inline["x_stats"].mean.item()
+
+
+def test_a_stream_mapped_by_a_lambda_is_read_here_when_it_cannot_travel(make_module: Callable[[str], Any]) -> None:
+    dr = fd.Builder().with_modules(make_module(FLOW.replace(
+        "def row(data: Any) -> Parallel[dict]:\n    return data",
+        "def row(data: Any) -> Parallel[dict]:\n    return data.map(lambda r: {'x': r['x'] * 2})"))).build()
+    for workers in (0, 2):
+        loader = dr.dataloader(["centered"], inputs={"data": _stream(4)}, batch_size=4, num_workers=workers)
+        assert len(_xs(loader, "centered")) == 4 * ROWS
+
+
+def test_take_and_skip_keep_their_meaning_over_the_whole_stream(dr: fd.Driver) -> None:
+    stream = _stream(4)
+    want = [float(r["x"]) for r in stream.take(10)]
+    assert want == [float(i) for i in range(10)]
+    assert dr.execute(["all_x"], inputs={"data": stream.take(10)})["all_x"] == want
+    loader = dr.dataloader(["x"], inputs={"data": stream.skip(140)}, batch_size=4, num_workers=2)
+    assert sorted(_xs(loader)) == sorted(float(r["x"]) for r in stream.skip(140))
+
+
+class _BadShards(_Shards):
+    def shard(self, num_shards: int, index: int) -> list[dict[str, int]]:
+        if index == 1:
+            raise FileNotFoundError("part-1.parquet")
+        return super().shard(num_shards, index)
+
+
+def test_a_shard_that_cannot_be_opened_names_the_source_and_the_shard(dr: fd.Driver) -> None:
+    with pytest.raises(fd.NodeError, match=r"'row' \(.*:\d+\).*FileNotFoundError: part-1.parquet \(while opening "
+                                           r"shard 1 of 2, sample 4294967296 on\)"):
+        dr.execute(["all_x"], inputs={"data": _BadShards([[1], [2]])})

@@ -199,7 +199,8 @@ class Engine:
             return self._sequential(spec, whole, source.open())
         if isinstance(source, ShardedSource):  # its own sample indices; its shards read in parallel
             workers = getattr(self.executor, "num_workers", 1)
-            if spec.computes and not isinstance(self.executor, InlineExecutor) and source.num_shards >= workers:
+            if (spec.computes and not isinstance(self.executor, InlineExecutor) and source.num_shards >= workers
+                    and _picklable(source.data)):
                 return self._parallel(spec, whole, iter(()), shards=source)
             return self._parallel(spec, whole, source.keyed(), keyed=True)
         return self._parallel(spec, whole, source.open())
@@ -322,6 +323,18 @@ class Engine:
         context = PassContext(self.program, spec, whole, False, nodes=self.nodes)
         result = run_task(context, Task((index, index + 1), [index], [item]))
         return self.recorder.check(spec.group, spec.number, result)
+
+
+def _picklable(data: Any) -> bool:
+    """Whether a stream can travel to the pool's workers (``stream.map(lambda ...)`` cannot:
+    its shards are then read here, and only their rows travel)."""
+    import pickle
+
+    try:
+        pickle.dumps(data, protocol=pickle.HIGHEST_PROTOCOL)
+    except Exception:
+        return False
+    return True
 
 
 def _without(task: Task, stuck: list[Stuck]) -> Task:

@@ -26,7 +26,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from flowdata.errors import FlowdataError
+from flowdata.errors import FlowdataError, NodeError, describe, user_traceback
 from flowdata.node import Node
 from flowdata.run.source import guarded
 
@@ -48,9 +48,37 @@ def is_sharded(value: Any) -> bool:
             # Split by node already (datasets.distributed.split_dataset_by_node): read as
             # the library gives it, in order, so that its own split applies once.
             return False
+        if _order_dependent(value):
+            return False
     except Exception:
         return False
     return isinstance(n, int) and not isinstance(n, bool) and n >= 1 and callable(getattr(value, "shard", None))
+
+
+# Steps of a datasets.IterableDataset whose result depends on the order across shards:
+# take(n)/skip(n) count rows of the whole stream, interleave_datasets() stops or cycles
+# over all its sources. Read shard by shard they would keep other rows (datasets divides
+# take(n) between the shards), so such a stream is read whole, in order.
+_ACROSS_SHARDS = frozenset({
+    "TakeExamplesIterable", "SkipExamplesIterable", "CyclingMultiSourcesExamplesIterable",
+    "RandomlyCyclingMultiSourcesExamplesIterable", "HorizontallyConcatenatedMultiSourcesExamplesIterable",
+})
+
+
+def _order_dependent(value: Any) -> bool:
+    """Whether a ``datasets.IterableDataset`` has a step of :data:`_ACROSS_SHARDS`."""
+    todo = [getattr(value, "_ex_iterable", None)]
+    seen = 0
+    while todo and seen < 1000:
+        step = todo.pop()
+        seen += 1
+        if step is None:
+            continue
+        if type(step).__name__ in _ACROSS_SHARDS:
+            return True
+        todo.append(getattr(step, "ex_iterable", None))
+        todo.extend(getattr(step, "ex_iterables", None) or ())
+    return False
 
 
 def is_hf_dataset(value: Any) -> bool:
@@ -80,11 +108,17 @@ class ShardedSource:
     def rows(self, shard: int, step: int = 1, offset: int = 0) -> Iterator[tuple[int, Any]]:
         """``(index, row)`` of every ``step``-th row of ``shard`` from row ``offset`` on, in
         order; a failure names the source function and the sample."""
-        try:
-            part = self.data.shard(num_shards=self.num_shards, index=shard)
-        except TypeError:  # a shard(num_shards, index) of another library, positional
-            part = self.data.shard(self.num_shards, shard)
         start = shard * SHARD_STRIDE
+        try:
+            try:
+                part = self.data.shard(num_shards=self.num_shards, index=shard)
+            except TypeError:  # a shard(num_shards, index) of another library, positional
+                part = self.data.shard(self.num_shards, shard)
+        except Exception as exc:
+            raise NodeError(
+                self.node.name, self.node.location, f"{describe(exc)} (while opening shard {shard} of "
+                f"{self.num_shards}, sample {start} on)"
+            ) from exc.with_traceback(user_traceback(exc.__traceback__))
         for row, item in enumerate(guarded(part, self.node, start, f": row {{}} of shard {shard}")):
             if row >= SHARD_STRIDE:
                 raise FlowdataError(
@@ -132,12 +166,14 @@ class DatasetIndex:
         """The rows at ``indices``, read in one Arrow call."""
         if not indices:
             return []
-        return _rows_of(self.dataset[list(indices)], len(indices))
+        rows = _rows_of(self.dataset[list(indices)], len(indices))
+        # A format that gives no dict of columns (pandas, arrow): rows as dataset[i] gives them.
+        return rows if rows is not None else [self.dataset[int(i)] for i in indices]
 
     def __iter__(self) -> Iterator[Any]:
-        for start in range(0, len(self.dataset), _ROWS):
-            batch = self.dataset[start : start + _ROWS]
-            yield from _rows_of(batch, min(_ROWS, len(self.dataset) - start))
+        n = len(self.dataset)
+        for start in range(0, n, _ROWS):
+            yield from self.take(range(start, min(start + _ROWS, n)))
 
     def fingerprint(self) -> tuple[str, int]:
         """(digest, count): the dataset's ``_fingerprint``, and the files its string columns name."""
@@ -149,19 +185,34 @@ class DatasetIndex:
         table = self.dataset.data
         import pyarrow as pa
 
-        names = [f.name for f in table.schema if pa.types.is_string(f.type) or pa.types.is_large_string(f.type)]
-        for name in names:
-            for chunk in table.column(name).chunks:
-                for value in chunk.to_pylist():
+        for field in table.schema:
+            for chunk in table.column(field.name).chunks:
+                for value in _strings_of(chunk, pa):
                     for _, size, mtime in file_stats(value):
-                        h.update(f"|{name}:{size}:{mtime}".encode())
+                        h.update(f"|{field.name}:{size}:{mtime}".encode())
         return h.hexdigest(), len(self.dataset)
 
 
-def _rows_of(batch: Any, n: int) -> list[Any]:
-    """One row dict per sample of a dict of columns (what ``dataset[indices]`` gives)."""
+def _strings_of(array: Any, pa: Any) -> Iterator[str]:
+    """The strings of an Arrow array, nested ones included (the ``path`` of an undecoded
+    ``Image``/``Audio`` struct, lists of paths), without reading its binary columns."""
+    t = array.type
+    if pa.types.is_string(t) or pa.types.is_large_string(t):
+        yield from (v for v in array.to_pylist() if v is not None)
+    elif pa.types.is_struct(t):
+        for i in range(t.num_fields):
+            yield from _strings_of(array.field(i), pa)
+    elif pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t):
+        yield from _strings_of(array.flatten(), pa)
+
+
+def _rows_of(batch: Any, n: int) -> list[Any] | None:
+    """One row dict per sample of a dict of columns (what ``dataset[indices]`` gives), or
+    None when the batch is not one (another format)."""
     if not isinstance(batch, dict):
-        return list(batch)  # a format that gives rows already
+        return None
     names = list(batch)
     columns = [batch[k] for k in names]
+    if any(len(c) != n for c in columns):
+        return None  # a transform that changes the number of rows: read row by row
     return [dict(zip(names, values)) for values in zip(*columns)] if names else [{} for _ in range(n)]

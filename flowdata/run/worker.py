@@ -10,6 +10,7 @@ to read there (:class:`ShardRead`).
 
 from __future__ import annotations
 
+import itertools
 import os
 import pickle
 from collections.abc import Mapping, Sequence
@@ -146,9 +147,14 @@ def run_shard(context: PassContext, span: tuple[int, int], read: ShardRead) -> C
     total = ChunkResult([], {}, span=span)
     delivered: list[int] = []
     back: list[Any] = []
-    for sub, indices, items in chunked_keyed(source.rows(read.shard), sizer.next_size, read.exclude):
-        if not indices:
-            continue
+    chunks = chunked_keyed(source.rows(read.shard), sizer.next_size, read.exclude)
+    ran = False
+    # An empty chunk after the shard's, computed only for a shard without rows: it gives
+    # the result its (empty) columns, which the pass's consumers read.
+    for sub, indices, items in itertools.chain(chunks, [((span[0], span[0]), [], [])]):
+        if ran and not indices and sub[0] == sub[1]:
+            break
+        ran = True
         part = run_task(context, Task(sub, indices, items))
         sizer.observe(part.seconds, len(indices), part.sample_bytes)
         total.skipped.extend(part.skipped)
