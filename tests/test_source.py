@@ -45,3 +45,32 @@ def test_open_is_guarded(build: Callable[..., fd.Driver]) -> None:
     source = as_source(dr.nodes["item"], dr.nodes["item"].fn(10))
     with pytest.raises(fd.NodeError, match=r"node 'item' \(.*:4\) failed: OSError: disk gone \(while producing sample 5\)"):
         list(source.open())
+
+
+TABLE_FLOW = """
+from typing import Any
+from flowdata import Collect, Parallel
+
+def row(table: Any) -> Parallel[dict]:
+    return table
+
+def x(row: dict) -> float:
+    return float(row["x"]) + len(row["name"])
+
+def all_x(x: Collect[float]) -> list[float]:
+    return list(x)
+"""
+
+
+@pytest.mark.parametrize("kind", ["arrow", "batch", "pandas"])
+def test_a_table_returned_by_a_source_is_indexed_by_rows(build: Callable[..., fd.Driver], kind: str) -> None:
+    import pandas as pd
+    import pyarrow as pa
+
+    data = {"x": [1, 2, 3, 4, 5], "name": ["a", "bb", "c", "dd", "e"]}
+    table = {"arrow": pa.table, "batch": pa.record_batch, "pandas": pd.DataFrame}[kind](data)
+    dr = build(TABLE_FLOW)
+    want = [2.0, 4.0, 4.0, 6.0, 6.0]  # one dict per row (table[i] is a column of an Arrow table)
+    assert dr.execute(["all_x"], inputs={"table": table})["all_x"] == want
+    loader = dr.dataloader(["x"], inputs={"table": table}, batch_size=2, num_workers=2)
+    assert [v for b in loader for v in b["x"].tolist()] == want

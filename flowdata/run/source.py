@@ -12,7 +12,8 @@ A group's samples come from a :class:`Source`:
 - ``shard(rank, world_size)`` gives the ``(index, item)`` pairs one of several ranks takes.
 
 Adapters: :class:`IndexSource` over a sized, indexable object returned by the source
-function (a list, an Arrow table: :class:`SequenceIndex`, used as it is; a
+function (a list: :class:`SequenceIndex`, used as it is; an Arrow table or a pandas
+DataFrame, one dict per row: :class:`TableIndex`; a
 ``datasets.Dataset``: :class:`~flowdata.run.shards.DatasetIndex`) or over an Arrow index
 (:class:`ArrowIndex`); :class:`~flowdata.run.shards.ShardedSource` over an iterable in
 shards (a ``datasets.IterableDataset``), whose ``keyed()`` gives each item with its own
@@ -47,6 +48,7 @@ __all__ = [
     "IterableSource",
     "SequenceIndex",
     "Source",
+    "TableIndex",
     "as_source",
     "call_source",
     "guarded",
@@ -85,6 +87,39 @@ class SequenceIndex:
 
     def __iter__(self) -> Iterator[Any]:
         return iter(self.items)
+
+
+class TableIndex:
+    """A table returned by the source -- a ``pyarrow.Table`` or ``RecordBatch``, a pandas
+    ``DataFrame`` -- as the index: one dict per row (``table[i]`` would be a column)."""
+
+    def __init__(self, table: Any):
+        self.table = table
+        self._arrow = hasattr(table, "to_pylist") and hasattr(table, "take")
+
+    def __len__(self) -> int:
+        return len(self.table)
+
+    def take(self, indices: Sequence[int]) -> list[Any]:
+        """The rows at ``indices``, read at once."""
+        if not indices:
+            return []
+        if self._arrow:
+            import pyarrow as pa
+
+            return self.table.take(pa.array(list(indices), type=pa.int64())).to_pylist()  # type: ignore[no-any-return]
+        return self.table.iloc[list(indices)].to_dict("records")  # type: ignore[no-any-return]
+
+    def __iter__(self) -> Iterator[Any]:
+        for start in range(0, len(self.table), _BATCH):
+            yield from self.take(range(start, min(start + _BATCH, len(self.table))))
+
+
+def _is_table(value: Any) -> bool:
+    t = type(value)
+    if t.__module__.startswith("pyarrow") and t.__name__ in ("Table", "RecordBatch"):
+        return True
+    return t.__module__.startswith("pandas") and t.__name__ == "DataFrame"
 
 
 class ArrowIndex:
@@ -312,6 +347,8 @@ def as_source(node: Node, value: Any) -> Source:
 
     if is_hf_dataset(value):
         return IndexSource(node, DatasetIndex(value))
+    if _is_table(value):
+        return IndexSource(node, TableIndex(value))
     if hasattr(value, "__len__") and hasattr(value, "__getitem__") and not isinstance(value, (str, bytes, dict)):
         return IndexSource(node, SequenceIndex(value))
     if is_sharded(value):
