@@ -1,0 +1,279 @@
+"""Text classification tensors: table -> text -> tokens -> vocabulary -> token ids.
+
+Inputs and config (Hamilton-style; config entries are inputs too):
+
+- ``table``: a CSV or Parquet path, a ``pyarrow.Table``, a pandas ``DataFrame`` or a
+  ``datasets.Dataset`` (see :mod:`flowdata_modules._table`), one sample per row, its text in
+  ``text_column`` ("text") and its label in ``label_column`` ("label"; None: no labels);
+- ``max_length`` (128), ``lowercase`` (True), ``min_count`` (1), ``max_vocab`` (None);
+- ``tokenizer`` (config; None): None for the built-in word tokenizer, or the path of a
+  Hugging Face ``tokenizers`` JSON file.
+
+Built-in tokenizer: the text is lowercased (``str.lower``) when ``lowercase``, then split by
+:data:`WORD` -- a token is a run of word characters (Unicode letters, digits, ``_``) or any
+other single character that is not white space. The ``vocab`` reduction counts the tokens
+of every sample; ``token_ids`` maps them: ``0`` padding, ``1`` unknown, vocabulary tokens
+from ``2`` in descending count, ties by token (``vocab[token]`` is the id).
+
+With a ``tokenizer`` file, the text goes to that tokenizer as it is (no lowercasing here),
+its own ids are used, and the graph has no ``vocab`` node at all: pass 1 only counts labels.
+The tokenizer is loaded in each process that encodes (a cache keyed by process id, path and
+file version), never carried across ``fork``.
+
+Outputs: ``token_ids`` (int64 ``[max_length]``), ``attention_mask`` (int64
+``[max_length]``, 1 for real tokens), ``label`` (int64 index into ``label_vocab``),
+``pad_id`` and ``vocab_size`` (once). Reductions: ``vocab``, ``label_vocab``.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+from typing import Any
+
+import torch
+from hamilton.function_modifiers import config
+
+from flowdata import Collect, Parallel, reduce
+from flowdata.stats import Vocab, Vocabulary
+from flowdata_modules._manifest import LabelVocabulary, label_of
+from flowdata_modules._table import columns_of, read_table
+
+__all__ = [
+    "PAD",
+    "PAD_ID",
+    "UNK",
+    "UNK_ID",
+    "WORD",
+    "TextVocabulary",
+    "attention_mask",
+    "class_names",
+    "label",
+    "label_name",
+    "label_vocab",
+    "row",
+    "text",
+    "token_ids",
+    "vocab",
+    "words",
+]
+
+WORD = re.compile(r"\w+|[^\w\s]")
+"""The built-in tokenizer's pattern: a run of word characters, or one other non-space character."""
+
+PAD, UNK = "<pad>", "<unk>"
+PAD_ID, UNK_ID = 0, 1
+_PAD_NAMES = ("[PAD]", "<pad>", "<PAD>", "[pad]")
+
+
+class TextVocabulary(Vocabulary):
+    """A :class:`~flowdata.stats.Vocabulary` whose result starts with ``<pad>`` (id 0) and
+    ``<unk>`` (id 1), counts 0, so that ``vocab[token]`` is the token's id.
+
+    Args:
+        min_count: Tokens seen fewer times are left out (they become ``<unk>``).
+        max_vocab: Keep at most this many tokens besides the two reserved ones.
+    """
+
+    def __init__(self, min_count: int = 1, max_vocab: int | None = None):
+        super().__init__(min_count, max_vocab)
+
+    def merge(self, other: Vocabulary) -> TextVocabulary:
+        """Adds another vocabulary's counts; returns self."""
+        super().merge(other)
+        return self
+
+    def result(self) -> Vocab:
+        """``<pad>``, ``<unk>``, then the tokens most frequent first, ties in token order."""
+        words = super().result()
+        return Vocab((PAD, UNK, *words.tokens), (0, 0, *words.counts))
+
+    @classmethod
+    def from_state_dict(cls, state: Any) -> TextVocabulary:
+        """A TextVocabulary restored from :meth:`state_dict`."""
+        v = cls()
+        restored = Vocabulary.from_state_dict(state)
+        v.min_count, v.max_size, v.counts = restored.min_count, restored.max_size, restored.counts
+        return v
+
+
+def row(table: Any, text_column: str = "text", label_column: str | None = "label") -> Parallel[dict[str, Any]]:
+    """The samples: the table's rows, its ``text_column`` and ``label_column`` only (the
+    table itself, not a copy: flowdata indexes it by rows)."""
+    data = read_table(table)
+    columns = columns_of(data) or []
+    wanted = [(text_column, "text_column")] + ([] if label_column is None else [(label_column, "label_column")])
+    missing = [(c, option) for c, option in wanted if c not in columns]
+    if missing:
+        names = " nor ".join(f"{c!r} ({option})" for c, option in missing)
+        fix = ", ".join(f"{option!r}: ..." for _, option in missing)
+        unlabelled = " (or 'label_column': None for text without labels)" if any(
+            o == "label_column" for _, o in missing) else ""
+        raise ValueError(f"the table has no column {names}; its columns: {', '.join(map(repr, columns)) or 'none'}\n"
+                         f"  fix: name the column{'s' if len(missing) > 1 else ''} in the config, "
+                         f"Builder().with_config({{{fix}}}){unlabelled}")
+    keep = list(dict.fromkeys(c for c, _ in wanted))
+    return _select(data, keep)  # type: ignore[no-any-return]
+
+
+def _select(data: Any, columns: list[str]) -> Any:
+    if hasattr(data, "select_columns"):  # datasets.Dataset
+        return data.select_columns(columns)
+    if hasattr(data, "iloc"):  # pandas
+        return data[columns]
+    return data.select(columns)  # pyarrow Table / RecordBatch
+
+
+def text(row: dict[str, Any], text_column: str = "text") -> str:
+    """The row's text. A missing cell (None, NaN) is the empty text; a number is its
+    ``str()``; anything else is an error naming the column."""
+    value = row[text_column]
+    if isinstance(value, str):
+        return value
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return ""
+    if isinstance(value, (int, float)):
+        return str(value)
+    raise TypeError(f"column {text_column!r} holds a {type(value).__name__} ({value!r:.60}), not text\n"
+                    f"  fix: give a column of strings as text_column")
+
+
+@config.when(tokenizer=None)
+def words(text: str, lowercase: bool = True) -> list[str]:
+    """The built-in tokenizer: :data:`WORD`'s matches, after ``str.lower`` when ``lowercase``."""
+    return WORD.findall(text.lower() if lowercase else text)
+
+
+@reduce(TextVocabulary)
+@config.when(tokenizer=None)
+def vocab(words: Collect[list[str]], min_count: int = 1, max_vocab: int | None = None) -> Vocab:
+    """``<pad>``, ``<unk>``, then every token seen at least ``min_count`` times (at most
+    ``max_vocab`` of them), most frequent first, ties in token order."""
+    raise NotImplementedError("@reduce folds the values; the body is not called")
+
+
+@config.when(tokenizer=None)
+def ids__builtin(words: list[str], vocab: Vocab, max_length: int = 128) -> list[int]:
+    """The tokens' ids (``<unk>``'s for a token not in ``vocab``), the first ``max_length``."""
+    _check_length(max_length)
+    return [vocab.get(w, UNK_ID) for w in words[:max_length]]
+
+
+@config.when(tokenizer=None)
+def pad_id__builtin() -> int:
+    """The padding id: 0."""
+    return PAD_ID
+
+
+@config.when(tokenizer=None)
+def vocab_size__builtin(vocab: Vocab) -> int:
+    """The number of ids (an embedding's ``num_embeddings``): ``len(vocab)``."""
+    return len(vocab)
+
+
+@config.when_not(tokenizer=None)
+def ids__tokenizer(text: str, tokenizer: str, max_length: int = 128) -> list[int]:
+    """The tokenizer's ids for the text as it is (its special tokens added, its truncation
+    keeping them), at most ``max_length``."""
+    _check_length(max_length)
+    return list(_tokenizer(tokenizer, max_length).encode(text).ids)
+
+
+@config.when_not(tokenizer=None)
+def pad_id__tokenizer(tokenizer: str) -> int:
+    """The tokenizer's padding id: its padding's ``pad_id`` if its JSON enables padding, else
+    the id of ``[PAD]``/``<pad>``/``<PAD>``/``[pad]`` if it has one, else 0."""
+    tok = _load(tokenizer)
+    if tok.padding is not None:
+        return int(tok.padding["pad_id"])
+    for name in _PAD_NAMES:
+        found = tok.token_to_id(name)
+        if found is not None:
+            return int(found)
+    return 0
+
+
+@config.when_not(tokenizer=None)
+def vocab_size__tokenizer(tokenizer: str) -> int:
+    """The number of ids of the tokenizer, added tokens included."""
+    return int(_load(tokenizer).get_vocab_size(with_added_tokens=True))
+
+
+def token_ids(ids: list[int], pad_id: int, max_length: int = 128) -> torch.Tensor:
+    """int64 ``[max_length]``: the ids, then ``pad_id`` up to ``max_length``."""
+    out = torch.full((max_length,), pad_id, dtype=torch.int64)
+    out[: len(ids)] = torch.tensor(ids, dtype=torch.int64)
+    return out
+
+
+def attention_mask(ids: list[int], max_length: int = 128) -> torch.Tensor:
+    """int64 ``[max_length]``: 1 for each real token, 0 for padding."""
+    out = torch.zeros(max_length, dtype=torch.int64)
+    out[: len(ids)] = 1
+    return out
+
+
+def class_names(table: Any, label_column: str | None = "label") -> tuple[str, ...] | None:
+    """The names of a dataset's ``ClassLabel`` label column, in its order; None otherwise."""
+    from flowdata_modules._manifest import class_names as names
+
+    return None if label_column is None else names(table, label_column)
+
+
+def label_name(row: dict[str, Any], class_names: tuple[str, ...] | None = None, label_column: str | None = "label") -> str:
+    """The row's label as a string (a number as written; a ``ClassLabel``'s name)."""
+    if label_column is None:
+        raise ValueError("label_column is None (text without labels), so there is no label\n"
+                         "  fix: ask for token_ids and attention_mask only, or name the label column")
+    return label_of(row, label_column, class_names)
+
+
+@reduce(LabelVocabulary)
+def label_vocab(label_name: Collect[str], class_names: tuple[str, ...] | None) -> Vocab:
+    """The labels, most frequent first (ties in name order); a ``ClassLabel``'s names in the
+    dataset's order."""
+    raise NotImplementedError("@reduce folds the values; the body is not called")
+
+
+def label(label_name: str, label_vocab: Vocab) -> int:
+    """The label's index in ``label_vocab``."""
+    return label_vocab[label_name]
+
+
+def _check_length(max_length: int) -> None:
+    if max_length < 1:
+        raise ValueError(f"max_length must be at least 1, got {max_length}")
+
+
+_CACHE: dict[tuple[int, str, int, int, int], Any] = {}
+
+
+def _load(path: str, max_length: int | None = None) -> Any:
+    """The tokenizer of a JSON file, loaded once per process (the key holds the process id:
+    a forked worker loads its own and never uses the parent's Rust object or thread pool)."""
+    try:
+        from tokenizers import Tokenizer
+    except ImportError as err:  # pragma: no cover - tokenizers is pinned
+        raise ImportError("the tokenizer option needs Hugging Face tokenizers: pip install tokenizers") from err
+    path = os.fspath(path)
+    try:
+        info = os.stat(path)
+    except FileNotFoundError:
+        raise FileNotFoundError(f"tokenizer: {path} does not exist; fix: give the path of a tokenizers JSON file "
+                                "(Tokenizer.save(path)), or None for the built-in tokenizer") from None
+    key = (os.getpid(), os.path.abspath(path), info.st_mtime_ns, info.st_size, -1 if max_length is None else max_length)
+    tok = _CACHE.get(key)
+    if tok is None:
+        if len(_CACHE) > 16:
+            _CACHE.clear()
+        tok = Tokenizer.from_file(path)
+        if max_length is not None:
+            tok.no_padding()  # padding is token_ids' job (to max_length, with pad_id)
+            tok.enable_truncation(max_length)
+        _CACHE[key] = tok
+    return tok
+
+
+def _tokenizer(path: str, max_length: int) -> Any:
+    return _load(path, max_length)
