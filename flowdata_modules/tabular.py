@@ -1,0 +1,397 @@
+"""Tabular features: table -> parsed numbers and categories -> statistics -> tensors.
+
+Inputs and config (Hamilton-style; config entries are inputs too):
+
+- ``table``: a CSV or Parquet path, a ``pyarrow.Table``, a pandas ``DataFrame`` or a Hugging
+  Face ``datasets.Dataset`` (see :mod:`flowdata_modules._table`); each row is a sample;
+- ``numeric_columns`` (required), ``category_columns`` (``()``), ``label_column``
+  (``"label"``; None for a table without labels), ``missing`` (``"mean"`` or ``"raise"``),
+  ``min_count`` (1: category values seen fewer times are unknown).
+
+Outputs: ``numeric`` (float32 ``[len(numeric_columns)]``, each column standardised by its
+own mean and standard deviation), ``categories`` (int64 ``[len(category_columns)]``: 0 for
+a missing or unknown value, known values from 1, most frequent first, ties by value) and
+``label`` (int64, the index in ``label_vocab``). Reductions: ``numeric_stats`` (a
+``Welford`` over the raw numbers, missing cells left out), ``category_vocabs`` (one
+``Vocab`` per category column), ``missing_counts`` (missing cells per column) and
+``label_vocab``.
+
+Numbers are parsed once per sample (``parsed``, float64, NaN for a missing cell) and
+standardised in float64 before the cast to float32, so a column around 1e15 with a spread
+of 1 keeps its spread. A column whose values are all equal (its minimum is its maximum) or
+that has no value at all normalises to 0.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+from flowdata import Collect, Parallel, reduce
+from flowdata.stats import Stats, Vocab, Vocabulary, Welford
+from flowdata_modules._manifest import LabelVocabulary, class_names as _class_names
+from flowdata_modules._table import columns_of, read_table
+
+_log = logging.getLogger("flowdata")
+
+MISSING_TEXT = frozenset(
+    ["", "#N/A", "#N/A N/A", "#NA", "-1.#IND", "-1.#QNAN", "-NaN", "-nan", "1.#IND", "1.#QNAN", "N/A", "NA",
+     "NULL", "NaN", "n/a", "nan", "null"]
+)
+"""Text that is a missing number (pyarrow's and pandas' CSV null markers), once stripped."""
+
+MISSING_MODES = ("mean", "raise")
+
+
+# --- the samples -----------------------------------------------------------------------------
+
+
+def row(
+    table: object,
+    numeric_columns: Sequence[str],
+    category_columns: Sequence[str] = (),
+    label_column: str | None = "label",
+    missing: str = "mean",
+) -> Parallel[dict[str, Any]]:
+    """The samples: the table's rows, its named columns only (the table itself, not a copy:
+    flowdata indexes it by rows, one dict per row). Every named column must exist."""
+    if missing not in MISSING_MODES:
+        raise ValueError(f"missing={missing!r}: expected 'mean' (a missing number becomes the column's mean) or "
+                         "'raise' (a missing number is an error)")
+    for option, value in (("numeric_columns", numeric_columns), ("category_columns", category_columns)):
+        if isinstance(value, str):
+            raise TypeError(f"{option}={value!r}: expected a list of column names, got a string\n"
+                            f"  fix: Builder().with_config({{{option!r}: [{value!r}]}})")
+    table = read_table(table)
+    columns = columns_of(table) or []
+    wanted = [*numeric_columns, *category_columns, *([label_column] if label_column is not None else [])]
+    unknown = [(c, option) for option, names in (("numeric_columns", numeric_columns),
+                                                  ("category_columns", category_columns),
+                                                  ("label_column", [label_column] if label_column else []))
+               for c in names if c not in columns]
+    if unknown:
+        named = ", ".join(f"{c!r} ({option})" for c, option in unknown)
+        raise ValueError(
+            f"the table has no column {named}; its columns: {', '.join(map(repr, columns)) or 'none'}\n"
+            "  fix: name existing columns in the config, Builder().with_config({'numeric_columns': [...], "
+            "'category_columns': [...], 'label_column': ...}) (label_column None for a table without labels)"
+        )
+    return _select(table, list(dict.fromkeys(wanted)))  # type: ignore[no-any-return]
+
+
+def _select(table: Any, columns: list[str]) -> Any:
+    """The table with only ``columns``, in that order (no copy of the data)."""
+    if hasattr(table, "select_columns"):  # datasets.Dataset
+        return table.select_columns(columns)
+    if hasattr(table, "iloc"):  # pandas
+        return table[columns]
+    return table.select(columns)  # pyarrow Table or RecordBatch
+
+
+# --- numbers ---------------------------------------------------------------------------------
+
+
+def parsed(row: dict[str, Any], sample_index: int, numeric_columns: Sequence[str], missing: str = "mean") -> torch.Tensor:
+    """The row's numbers, float64 ``[len(numeric_columns)]``, NaN for a missing cell (with
+    ``missing="raise"``, a missing cell is an error). Text that is not a number, and an
+    infinite number, are errors naming the row, the column and the cell."""
+    out = np.empty(len(numeric_columns), dtype=np.float64)
+    for j, column in enumerate(numeric_columns):
+        cell = row[column]
+        value = _number(cell, column, sample_index)
+        if math.isnan(value) and missing == "raise":
+            raise ValueError(
+                f"row {sample_index}, column {column!r}: the cell is missing ({cell!r}) and missing='raise'\n"
+                "  fix: fill the cell, use missing='mean' (the column's mean, counted in missing_counts), "
+                "or skip the row with on_error='skip'"
+            )
+        out[j] = value
+    return torch.from_numpy(out)
+
+
+def _number(cell: Any, column: str, index: int) -> float:
+    """A cell as a float; NaN when it is missing (None, NaN, an empty or null-marker text)."""
+    if _is_null(cell):
+        return math.nan
+    if isinstance(cell, str):
+        text = cell.strip()
+        if text in MISSING_TEXT:
+            return math.nan
+        try:
+            value = float(text)
+        except ValueError:
+            raise ValueError(
+                f"row {index}, column {column!r}: the cell {cell!r} is not a number\n"
+                f"  fix: correct the cell, or leave {column!r} out of numeric_columns (a category column?), "
+                "or skip the row with on_error='skip'"
+            ) from None
+    else:
+        try:
+            value = float(cell)
+        except (TypeError, ValueError):
+            raise ValueError(
+                f"row {index}, column {column!r}: the cell {cell!r} ({type(cell).__name__}) is not a number\n"
+                f"  fix: leave {column!r} out of numeric_columns, or convert the column to numbers"
+            ) from None
+    if math.isinf(value):
+        raise ValueError(
+            f"row {index}, column {column!r}: the cell {cell!r} is not a finite number\n"
+            "  fix: correct the cell or leave it empty (a missing cell), or skip the row with on_error='skip'"
+        )
+    return value
+
+
+def _is_null(cell: Any) -> bool:
+    """None, a float NaN, or pandas' NA / NaT."""
+    if cell is None:
+        return True
+    if isinstance(cell, (float, np.floating)):
+        return bool(np.isnan(cell))
+    return type(cell).__name__ in ("NAType", "NaTType")
+
+
+@reduce(Welford, dim=0, nan="ignore")
+def numeric_stats(parsed: Collect[torch.Tensor]) -> Stats:
+    """Per-column mean, std, min, max and count of the raw numbers, missing cells left out
+    (float64 Welford: exact where ``E[x^2] - E[x]^2`` is not)."""
+    raise NotImplementedError("@reduce folds the values; the body is not called")
+
+
+@dataclass(frozen=True)
+class Scaling:
+    """Per-column ``(x - mean) / std`` in float64; a missing cell (NaN) becomes 0, the mean."""
+
+    columns: tuple[str, ...]
+    mean: torch.Tensor
+    std: torch.Tensor
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        """``x`` (float64 ``[..., columns]``) standardised, as float32."""
+        z = (x.to(torch.float64) - self.mean) / self.std
+        return torch.nan_to_num(z, nan=0.0).to(torch.float32)
+
+
+def numeric_scaling(numeric_stats: Stats, missing_counts: dict[str, int], numeric_columns: Sequence[str]) -> Scaling:
+    """Each column's mean and standard deviation from ``numeric_stats``. A constant column
+    (minimum equal to maximum) gets its value as mean and 1 as std, so it normalises to
+    exactly 0; a column without any value gets mean 0 and std 1 (all 0). Both, and columns
+    with missing cells, are logged once (logger ``flowdata``)."""
+    columns = tuple(numeric_columns)
+    mean = numeric_stats.mean.clone().to(torch.float64).reshape(-1)
+    std = numeric_stats.std.clone().to(torch.float64).reshape(-1)
+    if mean.numel() != len(columns):  # no sample was folded: nothing to normalise by
+        mean, std = torch.zeros(len(columns), dtype=torch.float64), torch.ones(len(columns), dtype=torch.float64)
+    else:
+        empty = numeric_stats.count.reshape(-1) == 0
+        constant = ~empty & (numeric_stats.min.reshape(-1) == numeric_stats.max.reshape(-1))
+        mean = torch.where(empty, 0.0, torch.where(constant, numeric_stats.min.reshape(-1).to(torch.float64), mean))
+        std = torch.where(empty | constant, 1.0, std)
+        for flag, what in ((empty, "have no value at all"), (constant, "are constant")):
+            names = [c for c, f in zip(columns, flag.tolist()) if f]
+            if names:
+                _log.warning("tabular: numeric column(s) %s %s: they normalise to 0", ", ".join(map(repr, names)), what)
+    gaps = {c: n for c, n in missing_counts.items() if c in columns and n}
+    if gaps:
+        _log.warning("tabular: missing numeric cells replaced by the column's mean: %s",
+                     ", ".join(f"{c!r} {n}" for c, n in gaps.items()))
+    return Scaling(columns, mean, std)
+
+
+def numeric(parsed: torch.Tensor, numeric_scaling: Scaling) -> torch.Tensor:
+    """The numbers standardised per column: float32 ``[len(numeric_columns)]``, 0 for a
+    missing cell."""
+    return numeric_scaling(parsed)
+
+
+# --- categories ------------------------------------------------------------------------------
+
+
+def category_values(row: dict[str, Any], category_columns: Sequence[str] = ()) -> tuple[str | None, ...]:
+    """The row's category values as text (see :func:`_text`), None for a missing cell."""
+    return tuple(_text(row[c]) for c in category_columns)
+
+
+def _text(cell: Any) -> str | None:
+    """A category value's text: a string as it is, a whole number in decimal (``3`` and
+    ``3.0`` are both ``"3"``, so a column pandas widened to floats keeps its names), other
+    numbers by ``repr``; None for None, NaN, pandas' NA and the empty string."""
+    if _is_null(cell) or cell == "":
+        return None
+    if isinstance(cell, str):
+        return cell
+    if isinstance(cell, (bool, np.bool_)):
+        return str(bool(cell))
+    if isinstance(cell, (int, np.integer)):
+        return str(int(cell))
+    if isinstance(cell, (float, np.floating)):
+        return str(int(cell)) if float(cell).is_integer() else repr(float(cell))
+    return str(cell)
+
+
+class CategoryVocabularies:
+    """One :class:`~flowdata.stats.Vocabulary` per category column; the result maps each
+    column to its :class:`~flowdata.stats.Vocab` (missing values are not counted).
+
+    Args:
+        category_columns: The columns, in the order of the values.
+        min_count: Values seen fewer times are left out (so they become unknown, 0).
+    """
+
+    def __init__(self, category_columns: Sequence[str] = (), min_count: int = 1):
+        self.columns = tuple(category_columns)
+        self.min_count = int(min_count)
+        self.vocabularies = [Vocabulary(min_count=self.min_count) for _ in self.columns]
+
+    def update(self, value: Sequence[str | None]) -> None:
+        """Counts one row's values."""
+        for vocabulary, v in zip(self.vocabularies, value, strict=True):
+            if v is not None:
+                vocabulary.counts[v] += 1
+
+    def merge(self, other: CategoryVocabularies) -> CategoryVocabularies:
+        """Adds another's counts; returns self."""
+        for mine, theirs in zip(self.vocabularies, other.vocabularies, strict=True):
+            mine.merge(theirs)
+        return self
+
+    def result(self) -> dict[str, Vocab]:
+        """Each column's vocabulary, most frequent first, ties in value order."""
+        return {c: v.result() for c, v in zip(self.columns, self.vocabularies, strict=True)}
+
+    def state_dict(self) -> dict[str, np.ndarray]:
+        """The columns, ``min_count`` and every column's tokens and counts."""
+        state = {"columns": np.array(self.columns, dtype=str), "min_count": np.array(self.min_count)}
+        for i, v in enumerate(self.vocabularies):
+            tokens = list(v.counts)
+            state[f"tokens_{i}"] = np.array(tokens, dtype=str)
+            state[f"counts_{i}"] = np.array([v.counts[t] for t in tokens], dtype=np.int64)
+        return state
+
+    @classmethod
+    def from_state_dict(cls, state: Mapping[str, Any]) -> CategoryVocabularies:
+        """Restored from :meth:`state_dict`."""
+        r = cls([str(c) for c in np.asarray(state["columns"])], int(np.asarray(state["min_count"])))
+        for i, v in enumerate(r.vocabularies):
+            for t, n in zip(np.asarray(state[f"tokens_{i}"]), np.asarray(state[f"counts_{i}"]), strict=True):
+                v.counts[str(t)] = int(n)
+        return r
+
+
+@reduce(CategoryVocabularies)
+def category_vocabs(category_values: Collect[tuple[str | None, ...]], category_columns: Sequence[str] = (),
+                    min_count: int = 1) -> dict[str, Vocab]:
+    """One vocabulary per category column (values seen at least ``min_count`` times)."""
+    raise NotImplementedError("@reduce folds the values; the body is not called")
+
+
+def categories(category_values: tuple[str | None, ...], category_vocabs: dict[str, Vocab],
+               category_columns: Sequence[str] = ()) -> torch.Tensor:
+    """int64 ``[len(category_columns)]``: a value's index in its column's vocabulary plus 1;
+    0 for a missing value or one not in the vocabulary."""
+    ids = [0 if v is None else category_vocabs[c].get(v, -1) + 1
+           for c, v in zip(category_columns, category_values, strict=True)]
+    return torch.tensor(ids, dtype=torch.int64)
+
+
+# --- missing cells ---------------------------------------------------------------------------
+
+
+def missing_cells(parsed: torch.Tensor, category_values: tuple[str | None, ...]) -> torch.Tensor:
+    """bool ``[numeric + category columns]``: which of the row's cells are missing."""
+    numbers = torch.isnan(parsed)
+    names = torch.tensor([v is None for v in category_values], dtype=torch.bool)
+    return torch.cat([numbers, names])
+
+
+class MissingCounts:
+    """Counts missing cells per column; the result maps every column to its count.
+
+    Args:
+        numeric_columns: The numeric columns (the first positions of a value).
+        category_columns: The category columns (the last positions).
+    """
+
+    def __init__(self, numeric_columns: Sequence[str] = (), category_columns: Sequence[str] = ()):
+        self.columns = (*numeric_columns, *category_columns)
+        self.counts = np.zeros(len(self.columns), dtype=np.int64)
+
+    def update(self, value: Any) -> None:
+        """Counts one row's missing cells."""
+        self.counts += np.asarray(value, dtype=np.int64)
+
+    def fold(self, values: Sequence[Any]) -> None:
+        """Counts a block of rows."""
+        if values:
+            self.counts += np.stack([np.asarray(v, dtype=np.int64) for v in values]).sum(axis=0)
+
+    def merge(self, other: MissingCounts) -> MissingCounts:
+        """Adds another's counts; returns self."""
+        self.counts += other.counts
+        return self
+
+    def result(self) -> dict[str, int]:
+        """Missing cells per column (every column, 0 included)."""
+        return {c: int(n) for c, n in zip(self.columns, self.counts, strict=True)}
+
+    def state_dict(self) -> dict[str, np.ndarray]:
+        """The columns and counts."""
+        return {"columns": np.array(self.columns, dtype=str), "counts": self.counts.copy()}
+
+    @classmethod
+    def from_state_dict(cls, state: Mapping[str, Any]) -> MissingCounts:
+        """Restored from :meth:`state_dict`."""
+        r = cls([str(c) for c in np.asarray(state["columns"])])
+        r.counts = np.array(state["counts"], dtype=np.int64)
+        return r
+
+
+@reduce(MissingCounts)
+def missing_counts(missing_cells: Collect[torch.Tensor], numeric_columns: Sequence[str],
+                   category_columns: Sequence[str] = ()) -> dict[str, int]:
+    """Missing cells per column: numbers replaced by the mean, categories given 0."""
+    raise NotImplementedError("@reduce folds the values; the body is not called")
+
+
+# --- labels ----------------------------------------------------------------------------------
+
+
+def class_names(table: object, label_column: str | None = "label") -> tuple[str, ...] | None:
+    """The names of a dataset's ``ClassLabel`` label column, in its order; None otherwise."""
+    return None if label_column is None else _class_names(table, label_column)
+
+
+def label_name(row: dict[str, Any], sample_index: int, class_names: tuple[str, ...] | None = None,
+               label_column: str | None = "label") -> str:
+    """The row's label as text (as a category value is written); a ``ClassLabel``'s name."""
+    if label_column is None:
+        raise ValueError("label_column is None, so the table has no labels\n"
+                         "  fix: name the label column, Builder().with_config({'label_column': ...}), "
+                         "or leave 'label' out of the outputs")
+    cell = row[label_column]
+    if class_names is not None and isinstance(cell, (int, np.integer)) and 0 <= cell < len(class_names):
+        return class_names[int(cell)]
+    text = _text(cell)
+    if text is None or class_names is not None:
+        what = "has no label" if text is None else f"has label {cell!r}, not one of its ClassLabel's classes"
+        raise ValueError(f"row {sample_index}, column {label_column!r}: the row {what}\n"
+                         "  fix: drop the rows without labels, or skip them with on_error='skip'")
+    return text
+
+
+@reduce(LabelVocabulary)
+def label_vocab(label_name: Collect[str], class_names: tuple[str, ...] | None) -> Vocab:
+    """The labels, most frequent first (ties in value order, as text); a ``ClassLabel``'s
+    names in the dataset's order."""
+    raise NotImplementedError("@reduce folds the values; the body is not called")
+
+
+def label(label_name: str, label_vocab: Vocab) -> int:
+    """The label's index in ``label_vocab``."""
+    return label_vocab[label_name]
+
