@@ -13,6 +13,7 @@ import flowdata as fd
 import flowdata_modules.audio as audio
 import flowdata_modules.example as example
 import flowdata_modules.image as image
+import flowdata_modules.text as text
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -23,6 +24,7 @@ def main() -> None:
     os.makedirs(out, exist_ok=True)
     example_pictures(out)
     media_pictures(out)
+    text_pictures(out)
 
 
 def example_pictures(out: str) -> None:
@@ -46,6 +48,15 @@ def media_pictures(out: str) -> None:
     dr = fd.Builder().with_modules(image).with_config({"use_imagenet_stats": True}).build()
     dr.visualize(os.path.join(out, "image-imagenet.svg"), outputs=["pixels", "label"], legend=False)
     print(f"wrote {out}/audio.svg, image.svg, image-imagenet.svg")
+
+
+def text_pictures(out: str) -> None:
+    """Writes text.svg (built-in tokenizer) and text-tokenizer.svg (a tokenizers JSON file)."""
+    outputs = ["token_ids", "attention_mask", "label"]
+    fd.Builder().with_modules(text).build().visualize(os.path.join(out, "text.svg"), outputs=outputs)
+    dr = fd.Builder().with_modules(text).with_config({"tokenizer": "tokenizer.json"}).build()
+    dr.visualize(os.path.join(out, "text-tokenizer.svg"), outputs=outputs, legend=False)
+    print(f"wrote {out}/text.svg, text-tokenizer.svg")
 
 
 if __name__ == "__main__":
