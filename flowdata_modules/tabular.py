@@ -34,7 +34,7 @@ import numpy as np
 import torch
 
 from flowdata import Collect, Parallel, reduce
-from flowdata.stats import Stats, Vocab, Vocabulary, Welford
+from flowdata.stats import Stats, Vocab, Vocabulary
 from flowdata_modules._manifest import LabelVocabulary, class_names as _class_names
 from flowdata_modules._table import columns_of, read_table
 
@@ -156,51 +156,194 @@ def _is_null(cell: Any) -> bool:
     return type(cell).__name__ in ("NAType", "NaTType")
 
 
-@reduce(Welford, dim=0, nan="ignore")
-def numeric_stats(parsed: Collect[torch.Tensor]) -> Stats:
+@dataclass(frozen=True)
+class ColumnStats(Stats):
+    """:class:`~flowdata.stats.Stats` of ``[columns]`` float64 tensors, with the exact form of
+    the mean: ``mean`` is ``shift + offset`` rounded to float64, where ``shift`` is a value of
+    the column and ``offset`` the mean of ``x - shift``. Around 1e15 a float64 is a multiple
+    of 0.125, so ``mean`` alone can be 0.06 off; ``(x - shift) - offset`` is not.
+
+    Attributes:
+        shift: One value of each column (the first of the first block that had one).
+        offset: The mean minus ``shift``.
+    """
+
+    shift: torch.Tensor
+    offset: torch.Tensor
+
+
+class ShiftedWelford:
+    """Per-column Welford statistics of ``[columns]`` float64 vectors, NaNs (missing cells)
+    left out, accumulated on ``x - shift`` with ``shift`` a value of the column.
+
+    :class:`flowdata.stats.Welford` accumulates the raw values: each block's mean carries a
+    rounding error of about one ulp of the values (0.125 around 1e15, 1.2e-7 around 1e9),
+    which enters the variance squared (mean) and times the block spread (Chan's merge) -- a
+    relative error of 1e-9 around 1e9 and 2e-3 around 1e15 for a spread of 1. Shifted by a
+    value of the column, the numbers are small and exact (Sterbenz), and so are their means.
+    Blocks are merged by Chan's formula after moving the other block's mean to this one's
+    shift (a difference of two values of the column: exact, or rounded at the spread's scale).
+    Min and max are kept on the raw values, exactly.
+
+    Args:
+        nan: Only ``"ignore"``: a NaN is a missing cell, left out (declared, so that flowdata
+            lets NaNs reach the reducer).
+    """
+
+    def __init__(self, nan: str = "ignore") -> None:
+        if nan != "ignore":
+            raise ValueError(f"ShiftedWelford(nan={nan!r}): NaNs are missing cells, always left out (nan='ignore')")
+        self.nan = nan
+        self.shift = np.zeros(0)
+        self.n = np.zeros(0, dtype=np.int64)
+        self.mean = np.zeros(0)
+        self.m2 = np.zeros(0)
+        self.min = np.zeros(0)
+        self.max = np.zeros(0)
+        self._shaped = False
+
+    def _shape(self, width: int) -> None:
+        if not self._shaped:
+            self.shift, self.n = np.full(width, np.nan), np.zeros(width, dtype=np.int64)
+            self.mean, self.m2 = np.zeros(width), np.zeros(width)
+            self.min, self.max = np.full(width, np.inf), np.full(width, -np.inf)
+            self._shaped = True
+        elif width != self.n.size:
+            raise ValueError(f"ShiftedWelford: expected {self.n.size} columns, got {width}")
+
+    def update(self, value: Any) -> None:
+        """Folds one row's numbers in."""
+        self.fold([value])
+
+    def fold(self, values: Sequence[Any]) -> None:
+        """Folds a block of rows in: its statistics about the shift, merged by Chan's formula."""
+        if not values:
+            return
+        x = np.stack([np.asarray(v, dtype=np.float64).reshape(-1) for v in values])
+        self._shape(x.shape[1])
+        valid = ~np.isnan(x)
+        unset = np.isnan(self.shift) & valid.any(axis=0)
+        if unset.any():  # a column's first value becomes its shift
+            first = x[valid.argmax(axis=0), np.arange(x.shape[1])]
+            self.shift = np.where(unset, first, self.shift)
+        y = np.where(valid, x - self.shift, 0.0)
+        n_b = valid.sum(axis=0)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            mean_b = np.where(n_b > 0, y.sum(axis=0) / np.maximum(n_b, 1), 0.0)
+        dev = np.where(valid, y - mean_b, 0.0)
+        self._combine(n_b, mean_b, (dev * dev).sum(axis=0))
+        self.min = np.fmin(self.min, np.fmin.reduce(x, axis=0, initial=np.inf))
+        self.max = np.fmax(self.max, np.fmax.reduce(x, axis=0, initial=-np.inf))
+
+    def _combine(self, n_b: np.ndarray, mean_b: np.ndarray, m2_b: np.ndarray) -> None:
+        n_a = self.n
+        n = n_a + n_b
+        frac = np.where(n > 0, n_b / np.maximum(n, 1), 0.0)
+        delta = mean_b - self.mean
+        has = n_b > 0
+        self.mean = np.where(has, self.mean + delta * frac, self.mean)
+        self.m2 = np.where(has, self.m2 + m2_b + delta * delta * n_a * frac, self.m2)
+        self.n = n
+
+    def merge(self, other: ShiftedWelford) -> ShiftedWelford:
+        """Folds another's state in, its means moved to this shift; returns self."""
+        if not other._shaped:
+            return self
+        self._shape(other.n.size)
+        adopt = (self.n == 0) & (other.n > 0)
+        self.shift = np.where(adopt, other.shift, self.shift)
+        with np.errstate(invalid="ignore"):
+            moved = np.where(other.n > 0, other.mean + (other.shift - self.shift), 0.0)
+        self._combine(other.n, moved, other.m2)
+        self.min, self.max = np.fmin(self.min, other.min), np.fmax(self.max, other.max)
+        return self
+
+    def result(self) -> ColumnStats:
+        """The statistics (NaN for a column without any value; population variance)."""
+        t = torch.from_numpy
+        with np.errstate(invalid="ignore", divide="ignore"):
+            empty = self.n == 0
+            var = np.where(empty, np.nan, self.m2 / np.maximum(self.n, 1))
+            offset = np.where(empty, np.nan, self.mean)
+            return ColumnStats(
+                mean=t(np.array(self.shift + offset)), std=t(np.sqrt(var)), var=t(np.array(var)),
+                min=t(np.where(empty, np.nan, self.min)), max=t(np.where(empty, np.nan, self.max)),
+                count=t(self.n.copy()), shift=t(self.shift.copy()), offset=t(np.array(offset)),
+            )
+
+    def state_dict(self) -> dict[str, np.ndarray]:
+        """The state as arrays."""
+        return {"shaped": np.array(self._shaped), "shift": self.shift.copy(), "count": self.n.copy(),
+                "mean": self.mean.copy(), "m2": self.m2.copy(), "min": self.min.copy(), "max": self.max.copy()}
+
+    @classmethod
+    def from_state_dict(cls, state: Mapping[str, Any]) -> ShiftedWelford:
+        """Restored from :meth:`state_dict`."""
+        w = cls()
+        if bool(np.asarray(state["shaped"])):
+            w._shaped = True
+            w.shift = np.array(state["shift"], dtype=np.float64)
+            w.n = np.array(state["count"], dtype=np.int64)
+            w.mean, w.m2 = np.array(state["mean"], dtype=np.float64), np.array(state["m2"], dtype=np.float64)
+            w.min, w.max = np.array(state["min"], dtype=np.float64), np.array(state["max"], dtype=np.float64)
+        return w
+
+
+@reduce(ShiftedWelford, nan="ignore")
+def numeric_stats(parsed: Collect[torch.Tensor]) -> ColumnStats:
     """Per-column mean, std, min, max and count of the raw numbers, missing cells left out
-    (float64 Welford: exact where ``E[x^2] - E[x]^2`` is not)."""
+    (float64, accumulated about a value of each column: exact around 1e15, see
+    :class:`ShiftedWelford`)."""
     raise NotImplementedError("@reduce folds the values; the body is not called")
 
 
 @dataclass(frozen=True)
 class Scaling:
-    """Per-column ``(x - mean) / std`` in float64; a missing cell (NaN) becomes 0, the mean."""
+    """Per-column ``((x - shift) - offset) / std`` in float64; a missing cell (NaN) becomes 0."""
 
     columns: tuple[str, ...]
-    mean: torch.Tensor
+    shift: torch.Tensor
+    offset: torch.Tensor
     std: torch.Tensor
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         """``x`` (float64 ``[..., columns]``) standardised, as float32."""
-        z = (x.to(torch.float64) - self.mean) / self.std
+        z = ((x.to(torch.float64) - self.shift) - self.offset) / self.std
         return torch.nan_to_num(z, nan=0.0).to(torch.float32)
 
 
 def numeric_scaling(numeric_stats: Stats, missing_counts: dict[str, int], numeric_columns: Sequence[str]) -> Scaling:
-    """Each column's mean and standard deviation from ``numeric_stats``. A constant column
-    (minimum equal to maximum) gets its value as mean and 1 as std, so it normalises to
-    exactly 0; a column without any value gets mean 0 and std 1 (all 0). Both, and columns
-    with missing cells, are logged once (logger ``flowdata``)."""
+    """Each column's mean and standard deviation from ``numeric_stats`` (a plain
+    :class:`~flowdata.stats.Stats` given as an input works too). A constant column (minimum
+    equal to maximum) is shifted by its value with std 1, so it normalises to exactly 0; a
+    column without any value normalises to 0 as well. Both, and columns with missing cells,
+    are logged once (logger ``flowdata``)."""
     columns = tuple(numeric_columns)
-    mean = numeric_stats.mean.clone().to(torch.float64).reshape(-1)
-    std = numeric_stats.std.clone().to(torch.float64).reshape(-1)
-    if mean.numel() != len(columns):  # no sample was folded: nothing to normalise by
-        mean, std = torch.zeros(len(columns), dtype=torch.float64), torch.ones(len(columns), dtype=torch.float64)
+    width = len(columns)
+    flat = {k: getattr(numeric_stats, k).reshape(-1).to(torch.float64) for k in ("mean", "std", "min", "max")}
+    count = numeric_stats.count.reshape(-1)
+    if isinstance(numeric_stats, ColumnStats):
+        shift, offset = numeric_stats.shift.reshape(-1).clone(), numeric_stats.offset.reshape(-1).clone()
     else:
-        empty = numeric_stats.count.reshape(-1) == 0
-        constant = ~empty & (numeric_stats.min.reshape(-1) == numeric_stats.max.reshape(-1))
-        mean = torch.where(empty, 0.0, torch.where(constant, numeric_stats.min.reshape(-1).to(torch.float64), mean))
-        std = torch.where(empty | constant, 1.0, std)
-        for flag, what in ((empty, "have no value at all"), (constant, "are constant")):
-            names = [c for c, f in zip(columns, flag.tolist()) if f]
-            if names:
-                _log.warning("tabular: numeric column(s) %s %s: they normalise to 0", ", ".join(map(repr, names)), what)
+        shift, offset = flat["mean"].clone(), torch.zeros_like(flat["mean"])
+    std = flat["std"].clone()
+    if count.numel() != width:  # no sample was folded: nothing to normalise by
+        zeros = torch.zeros(width, dtype=torch.float64)
+        return Scaling(columns, zeros, zeros, torch.ones(width, dtype=torch.float64))
+    empty = count == 0
+    constant = ~empty & (flat["min"] == flat["max"])
+    shift = torch.where(empty, 0.0, torch.where(constant, flat["min"], shift))
+    offset = torch.where(empty | constant, 0.0, offset)
+    std = torch.where(empty | constant, 1.0, std)
+    for flag, what in ((empty, "have no value at all"), (constant, "are constant")):
+        names = [c for c, f in zip(columns, flag.tolist()) if f]
+        if names:
+            _log.warning("tabular: numeric column(s) %s %s: they normalise to 0", ", ".join(map(repr, names)), what)
     gaps = {c: n for c, n in missing_counts.items() if c in columns and n}
     if gaps:
         _log.warning("tabular: missing numeric cells replaced by the column's mean: %s",
                      ", ".join(f"{c!r} {n}" for c, n in gaps.items()))
-    return Scaling(columns, mean, std)
+    return Scaling(columns, shift, offset, std)
 
 
 def numeric(parsed: torch.Tensor, numeric_scaling: Scaling) -> torch.Tensor:
@@ -391,7 +534,14 @@ def label_vocab(label_name: Collect[str], class_names: tuple[str, ...] | None) -
     raise NotImplementedError("@reduce folds the values; the body is not called")
 
 
-def label(label_name: str, label_vocab: Vocab) -> int:
-    """The label's index in ``label_vocab``."""
-    return label_vocab[label_name]
+def label(label_name: str, label_vocab: Vocab, sample_index: int, label_column: str | None = "label") -> int:
+    """The label's index in ``label_vocab``; a label not in it (a validation table's class
+    the training table lacked) is an error naming the row."""
+    index = label_vocab.get(label_name)
+    if index < 0:
+        known = ", ".join(map(repr, label_vocab.tokens[:10])) + (", ..." if len(label_vocab) > 10 else "")
+        raise ValueError(f"row {sample_index}, column {label_column!r}: the label {label_name!r} is not in label_vocab "
+                         f"({known})\n  fix: build label_vocab from a table that has every class, or skip such rows "
+                         "with on_error='skip'")
+    return index
 
