@@ -13,6 +13,7 @@ import flowdata as fd
 import flowdata_modules.audio as audio
 import flowdata_modules.example as example
 import flowdata_modules.image as image
+import flowdata_modules.tabular as tabular
 import flowdata_modules.text as text
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -24,6 +25,7 @@ def main() -> None:
     os.makedirs(out, exist_ok=True)
     example_pictures(out)
     media_pictures(out)
+    tabular_picture(out)
     text_pictures(out)
 
 
@@ -57,6 +59,13 @@ def text_pictures(out: str) -> None:
     dr = fd.Builder().with_modules(text).with_config({"tokenizer": "tokenizer.json"}).build()
     dr.visualize(os.path.join(out, "text-tokenizer.svg"), outputs=outputs, legend=False)
     print(f"wrote {out}/text.svg, text-tokenizer.svg")
+
+
+def tabular_picture(out: str) -> None:
+    """Writes tabular.svg (the tabular module, its three outputs)."""
+    dr = fd.Builder().with_modules(tabular).build()
+    dr.visualize(os.path.join(out, "tabular.svg"), outputs=["numeric", "categories", "label"])
+    print(f"wrote {out}/tabular.svg")
 
 
 if __name__ == "__main__":

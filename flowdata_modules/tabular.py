@@ -11,8 +11,9 @@ Inputs and config (Hamilton-style; config entries are inputs too):
 Outputs: ``numeric`` (float32 ``[len(numeric_columns)]``, each column standardised by its
 own mean and standard deviation), ``categories`` (int64 ``[len(category_columns)]``: 0 for
 a missing or unknown value, known values from 1, most frequent first, ties by value) and
-``label`` (int64, the index in ``label_vocab``). Reductions: ``numeric_stats`` (a
-``Welford`` over the raw numbers, missing cells left out), ``category_vocabs`` (one
+``label`` (int64, the index in ``label_vocab``). Reductions: ``numeric_stats``
+(per-column ``Stats`` of the raw numbers, missing cells left out, accumulated about a value
+of each column: :class:`ShiftedWelford`), ``category_vocabs`` (one
 ``Vocab`` per category column), ``missing_counts`` (missing cells per column) and
 ``label_vocab``.
 
@@ -179,7 +180,7 @@ class ShiftedWelford:
     :class:`flowdata.stats.Welford` accumulates the raw values: each block's mean carries a
     rounding error of about one ulp of the values (0.125 around 1e15, 1.2e-7 around 1e9),
     which enters the variance squared (mean) and times the block spread (Chan's merge) -- a
-    relative error of 1e-9 around 1e9 and 2e-3 around 1e15 for a spread of 1. Shifted by a
+    relative error near 1e-8 around 1e9 and 1e-3 around 1e15 for a spread of 1. Shifted by a
     value of the column, the numbers are small and exact (Sterbenz), and so are their means.
     Blocks are merged by Chan's formula after moving the other block's mean to this one's
     shift (a difference of two values of the column: exact, or rounded at the spread's scale).
