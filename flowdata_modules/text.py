@@ -177,7 +177,7 @@ def ids__tokenizer(text: str, tokenizer: str, max_length: int = 128) -> list[int
     """The tokenizer's ids for the text as it is (its special tokens added, its truncation
     keeping them), at most ``max_length``."""
     _check_length(max_length)
-    return list(_tokenizer(tokenizer, max_length).encode(text).ids)
+    return list(_load(tokenizer, max_length).encode(text).ids)
 
 
 @config.when_not(tokenizer=None)
@@ -251,7 +251,8 @@ _CACHE: dict[tuple[int, str, int, int, int], Any] = {}
 
 def _load(path: str, max_length: int | None = None) -> Any:
     """The tokenizer of a JSON file, loaded once per process (the key holds the process id:
-    a forked worker loads its own and never uses the parent's Rust object or thread pool)."""
+    a forked worker loads its own and never uses the parent's Rust object or thread pool);
+    given ``max_length``, with its padding off and its truncation at ``max_length``."""
     try:
         from tokenizers import Tokenizer
     except ImportError as err:  # pragma: no cover - tokenizers is pinned
@@ -273,7 +274,3 @@ def _load(path: str, max_length: int | None = None) -> Any:
             tok.enable_truncation(max_length)
         _CACHE[key] = tok
     return tok
-
-
-def _tokenizer(path: str, max_length: int) -> Any:
-    return _load(path, max_length)

@@ -242,3 +242,17 @@ def test_tokenizer_text_is_not_lowercased_here_and_a_missing_file_names_the_fix(
     assert got["token_ids"].tolist() == [tok.token_to_id("Cat"), tok.token_to_id("cat"), 0]
     with pytest.raises(fd.NodeError, match=r"nothere.json does not exist; fix: give the path of a tokenizers JSON"):
         _driver(tokenizer=str(tmp_path / "nothere.json")).execute(["pad_id"], inputs={"table": pa.table(SMALL)})
+
+
+def test_a_classlabel_keeps_its_names_and_the_pass_cache_restores_vocab(tmp_path: Path) -> None:
+    import datasets
+
+    features = datasets.Features({"text": datasets.Value("string"), "label": datasets.ClassLabel(names=["neg", "pos"])})
+    ds = datasets.Dataset.from_dict({"text": ["good", "bad", "good fun"], "label": [1, 0, 1]}, features=features)
+    dr = _driver(max_length=2)
+    first = dr.execute(["vocab", "label_vocab"], inputs={"table": ds}, cache_dir=tmp_path)
+    assert first["label_vocab"].tokens == ("neg", "pos")  # the dataset's order, not by count
+    assert _all(dr, ds)["label"].tolist() == [1, 0, 1]
+    report = fd.Report()
+    again = dr.execute(["vocab", "label_vocab"], inputs={"table": ds}, cache_dir=tmp_path, report=report)
+    assert again == first and not report.node_calls  # loaded from the pass cache: nothing tokenised
