@@ -26,7 +26,10 @@ A reducer accumulates the values of one Collect parameter, sample by sample::
 It must pickle (workers send reducers back), and ``state_dict`` holds plain numpy arrays
 only, so the pass cache stores it as ``.npz`` without pickle. A reducer may also define
 ``fold(values)`` to take a whole block at once (Welford stacks the values into one batch);
-without it flowdata calls ``update`` for each value.
+without it flowdata calls ``update`` for each value. A reducer whose ``merge`` is exact and
+associative -- integer counts, minima and maxima -- may say so with a class attribute
+``exact = True``: the workers then merge the whole blocks of a chunk before sending them
+back (the result is the same by that property; floating-point sums are not exact).
 
 Determinism: samples are folded in fixed blocks of :data:`BLOCK` consecutive sample
 indices, each block into a fresh reducer, and the block reducers are merged in index

@@ -176,6 +176,12 @@ def pieces_of(spec: Any, span: tuple[int, int], indices: Sequence[int], values: 
     start, stop = span
     pieces: list[Piece] = []
     pos, n = 0, len(indices)
+    # A reducer whose merge is exact (integer counts, min/max: ``exact = True`` on its
+    # class) gives the same result however blocks are grouped: the chunk's whole blocks are
+    # merged here, into its first one (the others travel as empty blocks), so the main
+    # process merges one reducer per chunk instead of one per block.
+    exact = bool(getattr(spec.reducer.cls, "exact", False))
+    into: Any = None
     for b in range(start // BLOCK, -(-stop // BLOCK)):
         lo, hi = b * BLOCK, (b + 1) * BLOCK
         end = pos
@@ -183,7 +189,14 @@ def pieces_of(spec: Any, span: tuple[int, int], indices: Sequence[int], values: 
             end += 1
         try:
             if lo >= start and hi <= stop:
-                pieces.append(("block", b, fold_block(spec, values[pos:end], indices[pos:end], b)))
+                state = fold_block(spec, values[pos:end], indices[pos:end], b)
+                if exact and state is not None:
+                    if into is None:
+                        into = state
+                    else:
+                        into.merge(state)
+                        state = None
+                pieces.append(("block", b, state))
             else:
                 for i in range(pos, end):
                     v = values[i]

@@ -75,6 +75,8 @@ class Vocabulary:
     plain arrays.
     """
 
+    exact = True  # integer counts (or minima and maxima): merged in any grouping alike
+
     def __init__(self, min_count: int = 1, max_size: int | None = None):
         self.min_count = int(min_count)
         self.max_size = None if max_size is None else int(max_size)
@@ -126,6 +128,8 @@ class Vocabulary:
 class Count:
     """Counts values (samples); the result is an ``int``."""
 
+    exact = True  # integer counts (or minima and maxima): merged in any grouping alike
+
     def __init__(self) -> None:
         self.n = 0
 
@@ -170,6 +174,8 @@ class MinMax:
     """Minimum and maximum; ``dim`` as :class:`~flowdata.stats.Welford`'s: axes of the
     stacked batch, axis 0 being the samples (``@reduce(MinMax, dim=0)``: elementwise
     across samples; ``dim=None``: one overall minimum and maximum)."""
+
+    exact = True  # integer counts (or minima and maxima): merged in any grouping alike
 
     def __init__(self, dim: int | Sequence[int] | None = None):
         from flowdata.stats.welford import Welford
@@ -230,6 +236,8 @@ class Histogram:
     Args:
         edges: Increasing bin edges (at least two).
     """
+
+    exact = True  # integer counts (or minima and maxima): merged in any grouping alike
 
     def __init__(self, edges: Sequence[float]):
         self.edges = np.asarray(edges, dtype=np.float64)
