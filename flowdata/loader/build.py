@@ -204,21 +204,12 @@ def build_dataset(
     skipped = recorder.skipped(group.source)
     dataset: PassDataset | StreamDataset | LaneDataset
     indices: list[int] = []
-    if sharded is not None:
-        dataset = LaneDataset(
-            driver.program, spec, whole, outputs, sharded.data, seed=options.seed, skip=skip,
-            collate_fn=options.collate_fn, batch_size=options.batch_size, drop_last=options.drop_last,
-            shuffle=options.shuffle, shuffle_buffer=options.shuffle_buffer, rank=options.rank,
-            world_size=options.world_size, nodes=driver.graph.nodes,
-        )
-        dataset.exclude = skipped
-    elif index is None:
-        dataset = StreamDataset(
-            driver.program, spec, whole, outputs, seed=options.seed, skip=skip, collate_fn=options.collate_fn,
-            batch_size=options.batch_size, drop_last=options.drop_last, shuffle=options.shuffle,
-            shuffle_buffer=options.shuffle_buffer, rank=options.rank, world_size=options.world_size,
-            nodes=driver.graph.nodes,
-        )
+    if index is None:
+        stream: dict[str, Any] = dict(seed=options.seed, skip=skip, collate_fn=options.collate_fn, batch_size=options.batch_size,
+                      drop_last=options.drop_last, shuffle=options.shuffle, shuffle_buffer=options.shuffle_buffer,
+                      rank=options.rank, world_size=options.world_size, nodes=driver.graph.nodes)
+        dataset = (LaneDataset(driver.program, spec, whole, outputs, sharded.data, **stream) if sharded is not None
+                   else StreamDataset(driver.program, spec, whole, outputs, **stream))
         dataset.exclude = skipped
     else:
         dataset = PassDataset(driver.program, spec, whole, index.items, outputs, options.seed, skip,

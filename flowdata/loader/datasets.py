@@ -220,19 +220,20 @@ class BatchView(Dataset[Batch]):
         return self.base.compute([int(i)], 0)
 
 
-class StreamDataset(PassWork, IterableDataset[Any]):
-    """A streaming pass: the source is opened in each worker (see the module docstring).
+class StreamWork(PassWork, IterableDataset[Any]):
+    """What both streaming datasets share: how the epoch is cut and how a batch is
+    delivered (collated for ``flowdata.DataLoader``, one dict per sample otherwise).
 
     Args:
         program: How to rebuild the nodes in a worker.
         spec: The pass (the group's last pass, which yields the outputs).
         whole: Whole values the pass and the source read.
         outputs: Output names.
-        seed: Seed of the shuffle buffer and of ``sample_rng``.
+        seed: Seed of the shuffle and of ``sample_rng``.
         skip: Leave failing samples out instead of failing the batch.
         collate_fn: Optional user collate function over a list of per-sample dicts.
         batch_size: Samples per batch.
-        drop_last: Drop the last incomplete batch.
+        drop_last: Drop the last incomplete batch (of the epoch, or of each lane).
         shuffle: Pass items through a seeded shuffle buffer.
         shuffle_buffer: Items the buffer holds.
         rank: This process's rank.
@@ -266,9 +267,44 @@ class StreamDataset(PassWork, IterableDataset[Any]):
         self.rank = rank
         self.world_size = world_size
         self.epoch = 0
-        self.skip_batches = 0  # batches already served (resume), across workers
         self.exclude: frozenset[int] = frozenset()  # samples skipped in an earlier pass
         self.emit_batches = False  # flowdata.DataLoader asks for collated batches
+
+    def _compute(self, indices: list[int], items: list[Any]) -> Batch:
+        """One batch computed: collated (the loader's path), or its rows."""
+        if self.emit_batches:
+            return self.batch(indices, items, self.epoch)
+        return Batch(self._rows(self.columns(indices, items, self.epoch)), [], [], None, {}, "")
+
+    def _computed(self) -> Iterator[Batch]:
+        raise NotImplementedError
+
+    def __iter__(self) -> Iterator[Any]:
+        """Collated :class:`Batch` objects for ``flowdata.DataLoader``; for any other consumer,
+        one dict of outputs per sample (as the nodes returned them)."""
+        try:
+            for batch in self._computed():
+                if self.emit_batches:
+                    yield batch
+                elif batch.error is not None:
+                    raise batch.error
+                else:
+                    yield from batch.data
+        except FlowdataError as exc:
+            if not self.emit_batches:
+                raise
+            # A failing source: sent as data, so that the loader raises it as it is (torch
+            # re-raises a worker's exception as a RuntimeError of its text).
+            yield Batch(None, [], [], None, {}, "", error=exc)
+
+
+class StreamDataset(StreamWork):
+    """A streaming pass: the source is opened in each worker (see the module docstring).
+
+    Arguments as :class:`StreamWork`'s.
+    """
+
+    skip_batches = 0  # batches already served (resume), across workers
 
     def _items(self) -> Iterator[Any]:
         source = self._get_nodes()[self.spec.group]
@@ -283,93 +319,35 @@ class StreamDataset(PassWork, IterableDataset[Any]):
             world_size=self.world_size, exclude=self.exclude,
         )
 
-    def __iter__(self) -> Iterator[Any]:
-        """Collated :class:`Batch` objects for ``flowdata.DataLoader``; for any other consumer,
-        one dict of outputs per sample (as the nodes returned them)."""
-        for batch in self._computed():
-            if self.emit_batches:
-                yield batch
-            elif batch.error is not None:
-                raise batch.error
-            else:
-                yield from batch.data
-
     def _computed(self) -> Iterator[Batch]:
         info = get_worker_info()
         worker, workers = (0, 1) if info is None else (info.id, info.num_workers)
         start = self.skip_batches
-        try:
-            for j, indices, items in self.batches():
-                # torch asks the workers in turn, starting with worker 0: worker w makes the
-                # batches start + w, start + w + workers, ... so they arrive in order.
-                if j < start or (j - start) % workers != worker:
-                    continue  # another worker's, or served before the resume: not computed
-                if self.emit_batches:
-                    yield self.batch(indices, items, self.epoch)
-                else:
-                    yield Batch(self._rows(self.columns(indices, items, self.epoch)), [], [], None, {}, "")
-        except FlowdataError as exc:
-            # A failing source: sent as data, so that the loader raises it as it is (torch
-            # re-raises a worker's exception as a RuntimeError of its text).
-            yield Batch(None, [], [], None, {}, "", error=exc)
+        for j, indices, items in self.batches():
+            # torch asks the workers in turn, starting with worker 0: worker w makes the
+            # batches start + w, start + w + workers, ... so they arrive in order.
+            if j < start or (j - start) % workers != worker:
+                continue  # another worker's, or served before the resume: not computed
+            yield self._compute(indices, items)
 
 
-class LaneDataset(PassWork, IterableDataset[Any]):
+class LaneDataset(StreamWork):
     """A streaming pass over a source in shards: each consumer reads its own lanes
     (see :mod:`flowdata.loader.lanes`); nothing is read in the main process.
 
-    Args:
-        program: How to rebuild the nodes in a worker.
-        spec: The pass (the group's last pass, which yields the outputs).
-        whole: Whole values the pass reads.
-        outputs: Output names.
-        data: What the source returned (a ``datasets.IterableDataset``, ...): pickled to
-            the workers, each of which reads only its lanes' shards.
-        seed: Seed of the shard order, the shuffle buffers and ``sample_rng``.
-        skip: Leave failing samples out instead of failing the batch.
-        collate_fn: Optional user collate function over a list of per-sample dicts.
-        batch_size: Samples per batch.
-        drop_last: Drop each lane's last incomplete batch.
-        shuffle: Shuffle the shard order and pass rows through a seeded buffer per lane.
-        shuffle_buffer: Rows each lane's buffer holds.
-        rank: This process's rank.
-        world_size: Number of ranks.
-        nodes: The nodes, in this process.
+    ``data`` is what the source returned (a ``datasets.IterableDataset``, ...), pickled to
+    the workers, each of which reads only its lanes' shards; the other arguments are
+    :class:`StreamWork`'s (``shuffle`` also shuffles the shard order, each lane has its own
+    buffer, ``drop_last`` drops each lane's last incomplete batch).
     """
 
-    def __init__(
-        self,
-        program: Program,
-        spec: PassSpec,
-        whole: Mapping[str, Any],
-        outputs: Sequence[str],
-        data: Any,
-        *,
-        seed: int,
-        skip: bool,
-        collate_fn: Collate | None,
-        batch_size: int,
-        drop_last: bool,
-        shuffle: bool,
-        shuffle_buffer: int,
-        rank: int,
-        world_size: int,
-        nodes: Mapping[str, Node] | None = None,
-    ):
-        super().__init__(program, spec, whole, outputs, seed, skip, collate_fn, nodes)
+    def __init__(self, program: Program, spec: PassSpec, whole: Mapping[str, Any], outputs: Sequence[str],
+                 data: Any, **options: Any):
+        super().__init__(program, spec, whole, outputs, **options)
         self.data = data
         self.num_shards = int(data.num_shards)
-        self.batch_size = batch_size
-        self.drop_last = drop_last
-        self.shuffle = shuffle
-        self.shuffle_buffer = max(1, shuffle_buffer)
-        self.rank = rank
-        self.world_size = world_size
-        self.epoch = 0
         self.lanes: list[Lane] | None = None  # this rank's lanes when resumed, else from the worker count
         self.done: dict[int, int] = {}  # batches of each lane served before a resume
-        self.exclude: frozenset[int] = frozenset()  # samples skipped in an earlier pass
-        self.emit_batches = False  # flowdata.DataLoader asks for collated batches
 
     def rank_lanes(self, consumers_per_rank: int) -> list[Lane]:
         """This rank's lanes of the epoch, for ``consumers_per_rank`` consumers on every rank."""
@@ -385,32 +363,13 @@ class LaneDataset(PassWork, IterableDataset[Any]):
         ):
             if n < skip:
                 continue  # served before the resume: not computed
-            if self.emit_batches:
-                batch = self.batch(indices, items, self.epoch)
-            else:
-                batch = Batch(self._rows(self.columns(indices, items, self.epoch)), [], [], None, {}, "")
+            batch = self._compute(indices, items)
             batch.lane = lane.number
             yield batch
 
-    def __iter__(self) -> Iterator[Any]:
-        """Collated :class:`Batch` objects for ``flowdata.DataLoader``; for any other consumer,
-        one dict of outputs per sample (as the nodes returned them)."""
+    def _computed(self) -> Iterator[Batch]:
         info = get_worker_info()
         worker, workers = (0, 1) if info is None else (info.id, info.num_workers)
         lanes = self.lanes if self.lanes is not None else self.rank_lanes(workers)
         source = ShardedSource(self._get_nodes()[self.spec.group], self.data)
-        mine = [self._lane(source, lane) for j, lane in enumerate(lanes) if j % workers == worker]
-        try:
-            for batch in interleaved(mine):
-                if self.emit_batches:
-                    yield batch
-                elif batch.error is not None:
-                    raise batch.error
-                else:
-                    yield from batch.data
-        except FlowdataError as exc:
-            if not self.emit_batches:
-                raise
-            # A failing source: sent as data (torch re-raises a worker's exception as a
-            # RuntimeError of its text).
-            yield Batch(None, [], [], None, {}, "", error=exc)
+        return interleaved([self._lane(source, lane) for j, lane in enumerate(lanes) if j % workers == worker])

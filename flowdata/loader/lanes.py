@@ -29,7 +29,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from flowdata.loader.order import _shuffled
+from flowdata.loader.order import _shuffled, cut_batches
 from flowdata.run.shards import ShardedSource
 from flowdata.sample import sample_seed
 
@@ -91,17 +91,7 @@ def lane_batches(
     if shuffle:
         rng = random.Random(sample_seed(sample_seed(seed, epoch, -6), lane.number, -7))
         pairs = _shuffled(pairs, max(1, shuffle_buffer), rng)
-    n = 0
-    indices: list[int] = []
-    items: list[Any] = []
-    for i, x in pairs:
-        indices.append(i)
-        items.append(x)
-        if len(indices) == batch_size:
-            yield n, indices, items
-            n, indices, items = n + 1, [], []
-    if indices and not drop_last:
-        yield n, indices, items
+    return cut_batches(pairs, batch_size, drop_last)
 
 
 def interleaved(streams: list[Iterator[Any]]) -> Iterator[Any]:

@@ -23,7 +23,7 @@ from torch.utils.data.distributed import DistributedSampler
 from flowdata.errors import FlowdataError
 from flowdata.sample import sample_seed
 
-__all__ = ["EpochBatches", "EpochSampler", "stream_batches"]
+__all__ = ["EpochBatches", "EpochSampler", "cut_batches", "stream_batches"]
 
 
 class EpochIndices(list[int]):
@@ -183,19 +183,27 @@ def stream_batches(
     stream: Iterator[tuple[int, Any]] = ((i, x) for i, x in enumerate(items) if i not in exclude)
     if shuffle:
         stream = _shuffled(stream, max(1, shuffle_buffer), random.Random(sample_seed(seed, epoch, -3)))
-    b = 0
+    for b, indices, batch in cut_batches(stream, batch_size, drop_last):
+        if b % world_size == rank:
+            yield b // world_size, indices, batch
+
+
+def cut_batches(
+    pairs: Iterator[tuple[int, Any]], batch_size: int, drop_last: bool
+) -> Iterator[tuple[int, list[int], list[Any]]]:
+    """``(number, indices, items)`` of consecutive ``batch_size`` pairs; the last may be
+    shorter, unless ``drop_last``."""
+    n = 0
     indices: list[int] = []
-    batch: list[Any] = []
-    for i, x in stream:
+    items: list[Any] = []
+    for i, x in pairs:
         indices.append(i)
-        batch.append(x)
+        items.append(x)
         if len(indices) == batch_size:
-            if b % world_size == rank:
-                yield b // world_size, indices, batch
-            indices, batch = [], []
-            b += 1
-    if indices and not drop_last and b % world_size == rank:
-        yield b // world_size, indices, batch
+            yield n, indices, items
+            n, indices, items = n + 1, [], []
+    if indices and not drop_last:
+        yield n, indices, items
 
 
 def _shuffled(stream: Iterator[tuple[int, Any]], size: int, rng: random.Random) -> Iterator[tuple[int, Any]]:
