@@ -17,6 +17,7 @@ from flowdata.plan import Plan
 from flowdata.reduce import reduce
 from flowdata.report import Report, Skip, TooManySkipped
 from flowdata.types import Collect, Parallel, Sequential
+from flowdata.vectorize import vectorized
 
 if TYPE_CHECKING:
     from flowdata.loader import DataLoader
@@ -44,6 +45,7 @@ __all__ = [
     "Skip",
     "TooManySkipped",
     "reduce",
+    "vectorized",
 ]
 
 __version__ = "0.1.0"

@@ -30,7 +30,9 @@ from typing import Any, get_args, get_origin
 from flowdata.errors import GraphProblem, describe
 from flowdata.node import NO_DEFAULT, Node, Param
 from flowdata.reduce import reduce_spec
-from flowdata.types import MarkerKind, read_marker
+from flowdata.typecheck import collection_element
+from flowdata.types import MarkerKind, read_marker, type_name
+from flowdata.vectorize import is_vectorized
 
 __all__ = ["Program", "discover", "function_location", "import_file", "load_program", "program_of"]
 
@@ -281,6 +283,12 @@ def _to_node(hn: Any, fn: Callable[..., Any]) -> tuple[Node, list[GraphProblem]]
     if kind == "collect":
         problems.append(_misplaced(hn.name, f"{file}:{line}", "Collect[...] as a return type"))
         kind, item_type = None, hn.type
+    vectorized = is_vectorized(origin)
+    if vectorized and kind is None and not _batched_array(item_type):
+        element = collection_element(item_type)
+        if element is None:
+            problems.append(_vectorized_return(hn.name, f"{file}:{line}", item_type))
+        item_type = Any if element is None else element
     params = []
     defaults = hn.default_parameter_values or {}
     for pname, (ptype, _dep) in hn.input_types.items():
@@ -315,8 +323,30 @@ def _to_node(hn: Any, fn: Callable[..., Any]) -> tuple[Node, list[GraphProblem]]
         positional_call=_positional(callable_, [p.name for p in params]),
         reducer=reduce_spec(origin),
         origin=origin,
+        vectorized=vectorized,
     )
     return node, problems
+
+
+def _batched_array(tp: Any) -> bool:
+    """Whether ``tp`` is a tensor or array type: a @vectorized node declaring it returns one
+    whose rows (first dimension) are the samples' values, of that same type."""
+    return (getattr(tp, "__module__", ""), getattr(tp, "__qualname__", "")) in (
+        ("torch", "Tensor"), ("numpy", "ndarray"))
+
+
+def _vectorized_return(node: str, location: str, declared: Any) -> GraphProblem:
+    return GraphProblem(
+        code="FD008",
+        title="vectorized-return",
+        message=(f"'{node}' is @vectorized, so it returns one value per sample of a chunk, "
+                 f"but its return is declared as {type_name(declared)}"),
+        node=node,
+        locations=(location,),
+        expected="a list or Sequence of the per-sample type (e.g. '-> list[int]'), or a tensor or array",
+        actual=f"-> {type_name(declared)}",
+        fix=f"declare '-> list[{type_name(declared)}]' (the values of the chunk's samples, in order)",
+    )
 
 
 def _positional(fn: Callable[..., Any], names: list[str]) -> bool:

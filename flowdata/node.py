@@ -96,6 +96,9 @@ class Node:
         origin: The user function the node came from (for its source text).
         positional_call: Whether ``fn`` may be called with positional arguments in
             ``params`` order (plain functions); Hamilton's generated callables take keywords.
+        vectorized: Whether the function is ``@vectorized``: called once per chunk, its
+            per-sample parameters as lists, returning one value per sample (``type`` is
+            then the element type of its declared return).
     """
 
     name: str
@@ -112,6 +115,7 @@ class Node:
     positional_call: bool = False
     reducer: ReduceSpec | None = None
     origin: Callable[..., Any] | None = field(default=None, compare=False, repr=False)
+    vectorized: bool = False
 
     @property
     def location(self) -> str:

@@ -192,6 +192,16 @@ def analyze(graph: Graph) -> Analysis:
                 f"per sample, but '{name}' reads no per-sample value",
                 "read a value of the group too, or drop the parameter",
             ))
+    for name, node in graph.nodes.items():
+        if node.vectorized and roles.get(name) is not Role.PER_SAMPLE:
+            what = roles[name].value if name in roles else "not per-sample"
+            problems.append(_problem(
+                "FD209", "vectorized-not-per-sample", node,
+                f"'{name}' is @vectorized, but it is a {what} node: only a per-sample node is "
+                "called on a chunk of samples",
+                "drop @vectorized, or make it read a per-sample value of a group",
+                expected="a per-sample node", actual=f"a {what} node",
+            ))
     return Analysis(
         roles=MappingProxyType(roles),
         group_of=MappingProxyType(group_of),

@@ -30,7 +30,7 @@ from flowdata.types import is_union as _is_union
 from flowdata.types import strip_annotated as _strip
 
 if TYPE_CHECKING:
-    from flowdata.node import Node
+    from flowdata.node import Node, Param
 from flowdata.types import is_iterator, type_name
 
 __all__ = ["check_edges", "check_reductions", "collection_element", "compatible", "type_name"]
@@ -127,6 +127,26 @@ def _tuple_fits(p_origin: Any, p_args: tuple[Any, ...], e_args: tuple[Any, ...])
     )
 
 
+def _vectorized_param(name: str, node: Node, p: Param, producer: Node) -> list[GraphProblem]:
+    """FD103 for a per-sample parameter of a ``@vectorized`` node that is not a collection
+    of what its producer gives (it receives one value per sample of the chunk)."""
+    element = collection_element(p.type)
+    if element is not None and compatible(producer.type, element):
+        return []
+    produced = type_name(producer.type)
+    return [GraphProblem(
+        code="FD103",
+        title="vectorized-parameter",
+        message=(f"'{name}' is @vectorized, so '{p.name}' receives a list of the chunk's values "
+                 f"(one {produced} per sample), but it is declared as {type_name(p.type)}"),
+        node=name,
+        locations=(node.location, producer.location),
+        expected=f"{p.name}: Sequence[{produced}]",
+        actual=f"{p.name}: {type_name(p.type)}",
+        fix=f"annotate the parameter as '{p.name}: Sequence[{produced}]' (or list[{produced}])",
+    )]
+
+
 def _tuple_into(p_args: tuple[Any, ...], e_args: tuple[Any, ...]) -> bool:
     if len(e_args) != 1:
         return True
@@ -173,6 +193,9 @@ def check_edges(graph: Graph, per_sample: Callable[[str], bool]) -> list[GraphPr
         for p in node.params:
             producer = graph.nodes.get(p.name)
             if producer is None:
+                continue
+            if node.vectorized and not p.collect and per_sample(p.name):
+                problems.extend(_vectorized_param(name, node, p, producer))
                 continue
             if compatible(producer.type, p.type):
                 continue

@@ -31,6 +31,7 @@ def test_public_names_are_pinned() -> None:
         "Skip",
         "TooManySkipped",
         "reduce",
+        "vectorized",
     ]
     for name in flowdata.__all__:
         assert getattr(flowdata, name) is not None

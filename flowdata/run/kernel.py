@@ -31,7 +31,8 @@ from flowdata.run.deadline import SampleTimeout, guarded_calls
 from flowdata.run.folding import BlockError, Piece, ValueFoldError, pieces_of
 from flowdata.sample import make_rng
 
-__all__ = ["ChunkResult", "Failure", "FoldSpec", "PassSpec", "failure_of", "non_finite", "portable", "run_chunk"]
+__all__ = ["ChunkResult", "Failure", "FoldSpec", "PassSpec", "failure_of", "non_finite", "portable", "run_chunk",
+           "vector_values"]
 
 
 @dataclass(frozen=True)
@@ -225,7 +226,9 @@ def _compute(
         out: list[Any] = []
         t = time.perf_counter()
         try:
-            if node.positional_call:
+            if node.vectorized:
+                _vectorized(node, fn, args, n, out, whole_call=bounded is None)
+            elif node.positional_call:
                 out.extend(map(fn, *args))
             else:
                 names = tuple(p.name for p in node.params)
@@ -240,6 +243,41 @@ def _compute(
     wanted = set(spec.want) | {f.column for f in spec.folds}
     columns = {w: list(cols[w]) if w == spec.group else cols[w] for w in wanted}
     return ChunkResult(indices, columns, None, 0.0, worker, node_seconds=timing, sample_bytes=size)  # type: ignore[arg-type]
+
+
+def _vectorized(node: Node, fn: Callable[..., Any], args: list[Any], n: int, out: list[Any],
+                whole_call: bool) -> None:
+    """Appends a ``@vectorized`` node's values for the chunk to ``out``: one call on the
+    chunk's lists; if it raises or returns another number of values, one call per sample, so
+    that an error is the failing sample's (``len(out)`` is its position when this raises).
+    Under ``timeout=`` (not ``whole_call``) every call is one sample's, bounded like any node's."""
+    per_sample = [not isinstance(a, repeat) for a in args]
+    values: list[Any] = [list(a) if ps else next(a, None) for a, ps in zip(args, per_sample, strict=True)]
+    if whole_call and n > 1:
+        try:
+            out.extend(vector_values(node, _call_on(node, fn, values), n))
+            return
+        except (Exception, SystemExit, SampleTimeout):
+            pass  # found again below, on the sample that fails
+    for i in range(n):
+        one = [[v[i]] if ps else v for v, ps in zip(values, per_sample, strict=True)]
+        out.append(vector_values(node, _call_on(node, fn, one), 1)[0])
+
+
+def _call_on(node: Node, fn: Callable[..., Any], values: list[Any]) -> Any:
+    return fn(*values) if node.positional_call else fn(**{p.name: v for p, v in zip(node.params, values, strict=True)})
+
+
+def vector_values(node: Node, got: Any, n: int) -> list[Any]:
+    """What a ``@vectorized`` node returned for ``n`` samples, as a list of ``n`` values
+    (a tensor or array splits along its first dimension); an error if it is not that."""
+    if isinstance(got, (str, bytes, dict)) or not hasattr(got, "__len__"):
+        raise TypeError(f"@vectorized node '{node.name}' returned {type(got).__name__}, not a sequence with one "
+                        "value per sample")
+    if len(got) != n:
+        raise ValueError(f"@vectorized node '{node.name}' returned {len(got)} values for {n} "
+                         f"sample{'s' if n != 1 else ''}; it must return one value per sample, in order")
+    return list(got)
 
 
 def failure_of(node: Node, index: int, item: Any, exc: BaseException) -> Failure:

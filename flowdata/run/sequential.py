@@ -22,7 +22,7 @@ from typing import Any
 
 from flowdata.node import Node
 from flowdata.run.deadline import SampleTimeout, guarded_calls
-from flowdata.run.kernel import Failure, PassSpec, failure_of, non_finite
+from flowdata.run.kernel import Failure, PassSpec, failure_of, non_finite, vector_values
 from flowdata.sample import make_rng
 
 __all__ = ["OneSample", "SequentialStream", "compile_pass"]
@@ -79,7 +79,11 @@ def compile_pass(
             else:
                 ref = f"d{k}_{j}"
                 env[ref] = p.default
+            if node.vectorized and ref in ("rng", *local.values()):
+                ref = f"[{ref}]"  # a list of this one sample's value
             args.append(ref if node.positional_call else f"{p.name}={ref}")
+        if node.vectorized:
+            env[f"f{k}"] = _first_of(node, env[f"f{k}"])
         call = f"v{k} = f{k}({', '.join(args)})"
         lines.append(f"    t = _pc(); {call}; seconds[{k}] += _pc() - t" if timed else f"    {call}")
         by_line.append(name)
@@ -91,6 +95,15 @@ def compile_pass(
     code = compile(source, f"<flowdata pass {spec.number} of group {spec.group!r}{' timed' if timed else ''}>", "exec")
     exec(code, env)
     return env["one"], by_line
+
+
+def _first_of(node: Node, fn: Callable[..., Any]) -> Callable[..., Any]:
+    """A ``@vectorized`` node's function called on one sample: its one value."""
+
+    def one(*args: Any, **kwargs: Any) -> Any:
+        return vector_values(node, fn(*args, **kwargs), 1)[0]
+
+    return one
 
 
 class SequentialStream:
