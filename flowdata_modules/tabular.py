@@ -34,7 +34,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from flowdata import Collect, Parallel, reduce
+from flowdata import Collect, Parallel, reduce, vectorized
 from flowdata.stats import Stats, Vocab, Vocabulary
 from flowdata_modules._manifest import LabelVocabulary, class_names as _class_names
 from flowdata_modules._table import columns_of, read_table
@@ -98,10 +98,32 @@ def _select(table: Any, columns: list[str]) -> Any:
 # --- numbers ---------------------------------------------------------------------------------
 
 
-def parsed(row: dict[str, Any], sample_index: int, numeric_columns: Sequence[str], missing: str = "mean") -> torch.Tensor:
+@vectorized
+def parsed(row: Sequence[dict[str, Any]], sample_index: Sequence[int], numeric_columns: Sequence[str],
+           missing: str = "mean") -> torch.Tensor:
     """The row's numbers, float64 ``[len(numeric_columns)]``, NaN for a missing cell (with
     ``missing="raise"``, a missing cell is an error). Text that is not a number, and an
-    infinite number, are errors naming the row, the column and the cell."""
+    infinite number, are errors naming the row, the column and the cell.
+
+    A chunk of rows whose cells are all plain numbers or None (what an Arrow or pandas
+    numeric column gives) is converted in one numpy call; any other chunk is parsed cell by
+    cell, with the same result."""
+    cells = [[r[c] for c in numeric_columns] for r in row]
+    if {type(v) for line in cells for v in line} <= _PLAIN_NUMBERS:
+        out = np.array(cells, dtype=np.float64).reshape(len(cells), len(numeric_columns))  # None -> NaN
+        missing_any = bool(np.isnan(out).any())
+        if not (missing == "raise" and missing_any) and bool(np.isfinite(out[~np.isnan(out)] if missing_any else out).all()):
+            return torch.from_numpy(out)
+    return torch.from_numpy(np.stack([_parse_row(r, i, numeric_columns, missing) for r, i in
+                                      zip(row, sample_index, strict=True)]).reshape(len(cells), len(numeric_columns)))
+
+
+_PLAIN_NUMBERS = frozenset([float, int, type(None), np.float64, np.float32, np.int64, np.int32])
+"""Cell types converted as they are (``bool`` is not one: a boolean is parsed like any cell)."""
+
+
+def _parse_row(row: dict[str, Any], sample_index: int, numeric_columns: Sequence[str], missing: str) -> np.ndarray:
+    """One row's numbers, cell by cell (see :func:`parsed`)."""
     out = np.empty(len(numeric_columns), dtype=np.float64)
     for j, column in enumerate(numeric_columns):
         cell = row[column]
@@ -113,7 +135,7 @@ def parsed(row: dict[str, Any], sample_index: int, numeric_columns: Sequence[str
                 "or skip the row with on_error='skip'"
             )
         out[j] = value
-    return torch.from_numpy(out)
+    return out
 
 
 def _number(cell: Any, column: str, index: int) -> float:
@@ -347,10 +369,11 @@ def numeric_scaling(numeric_stats: Stats, missing_counts: dict[str, int], numeri
     return Scaling(columns, shift, offset, std)
 
 
-def numeric(parsed: torch.Tensor, numeric_scaling: Scaling) -> torch.Tensor:
+@vectorized
+def numeric(parsed: Sequence[torch.Tensor], numeric_scaling: Scaling) -> torch.Tensor:
     """The numbers standardised per column: float32 ``[len(numeric_columns)]``, 0 for a
-    missing cell."""
-    return numeric_scaling(parsed)
+    missing cell (a chunk at a time)."""
+    return numeric_scaling(torch.stack(list(parsed)))
 
 
 # --- categories ------------------------------------------------------------------------------
@@ -358,7 +381,8 @@ def numeric(parsed: torch.Tensor, numeric_scaling: Scaling) -> torch.Tensor:
 
 def category_values(row: dict[str, Any], category_columns: Sequence[str] = ()) -> tuple[str | None, ...]:
     """The row's category values as text (see :func:`_text`), None for a missing cell."""
-    return tuple(_text(row[c]) for c in category_columns)
+    cells = [row[c] for c in category_columns]
+    return tuple(v if type(v) is str and v else _text(v) for v in cells)  # a non-empty str is itself
 
 
 def _text(cell: Any) -> str | None:
@@ -434,13 +458,15 @@ def category_vocabs(category_values: Collect[tuple[str | None, ...]], category_c
     raise NotImplementedError("@reduce folds the values; the body is not called")
 
 
-def categories(category_values: tuple[str | None, ...], category_vocabs: dict[str, Vocab],
+@vectorized
+def categories(category_values: Sequence[tuple[str | None, ...]], category_vocabs: dict[str, Vocab],
                category_columns: Sequence[str] = ()) -> torch.Tensor:
     """int64 ``[len(category_columns)]``: a value's index in its column's vocabulary plus 1;
     0 for a missing value or one not in the vocabulary."""
-    ids = [0 if v is None else category_vocabs[c].get(v, -1) + 1
-           for c, v in zip(category_columns, category_values, strict=True)]
-    return torch.tensor(ids, dtype=torch.int64)
+    vocabs = [category_vocabs[c] for c in category_columns]
+    ids = [[0 if v is None else vocab.get(v, -1) + 1 for vocab, v in zip(vocabs, values, strict=True)]
+           for values in category_values]
+    return torch.tensor(ids, dtype=torch.int64).reshape(len(ids), len(vocabs))
 
 
 # --- missing cells ---------------------------------------------------------------------------

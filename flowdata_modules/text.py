@@ -27,15 +27,19 @@ Outputs: ``token_ids`` (int64 ``[max_length]``), ``attention_mask`` (int64
 
 from __future__ import annotations
 
+import itertools
 import math
+import multiprocessing
 import os
 import re
+from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
 import torch
 from hamilton.function_modifiers import config
 
-from flowdata import Collect, Parallel, reduce
+from flowdata import Collect, Parallel, reduce, vectorized
 from flowdata.stats import Vocab, Vocabulary
 from flowdata_modules._manifest import LabelVocabulary, label_of
 from flowdata_modules._table import columns_of, read_table
@@ -172,12 +176,13 @@ def vocab_size__builtin(vocab: Vocab) -> int:
     return len(vocab)
 
 
+@vectorized
 @config.when_not(tokenizer=None)
-def ids__tokenizer(text: str, tokenizer: str, max_length: int = 128) -> list[int]:
-    """The tokenizer's ids for the text as it is (its special tokens added, its truncation
-    keeping them), at most ``max_length``."""
+def ids__tokenizer(text: Sequence[str], tokenizer: str, max_length: int = 128) -> list[list[int]]:
+    """The tokenizer's ids for each text as it is (its special tokens added, its truncation
+    keeping them), at most ``max_length``; a batch of texts at a time (``encode_batch``)."""
     _check_length(max_length)
-    return list(_load(tokenizer, max_length).encode(text).ids)
+    return [e.ids for e in _encode(_load(tokenizer, max_length), list(text))]
 
 
 @config.when_not(tokenizer=None)
@@ -200,18 +205,29 @@ def vocab_size__tokenizer(tokenizer: str) -> int:
     return int(_load(tokenizer).get_vocab_size(with_added_tokens=True))
 
 
-def token_ids(ids: list[int], pad_id: int, max_length: int = 128) -> torch.Tensor:
-    """int64 ``[max_length]``: the ids, then ``pad_id`` up to ``max_length``."""
-    out = torch.full((max_length,), pad_id, dtype=torch.int64)
-    out[: len(ids)] = torch.tensor(ids, dtype=torch.int64)
-    return out
+@vectorized
+def token_ids(ids: Sequence[list[int]], pad_id: int, max_length: int = 128) -> list[torch.Tensor]:
+    """int64 ``[max_length]``: the ids, then ``pad_id`` up to ``max_length`` (a chunk's rows
+    filled at once)."""
+    lengths = np.fromiter(map(len, ids), dtype=np.int64, count=len(ids))
+    out = np.full((len(ids), max_length), pad_id, dtype=np.int64)
+    out[_real(lengths, max_length)] = np.fromiter(itertools.chain.from_iterable(ids), dtype=np.int64,
+                                                   count=int(lengths.sum()))
+    return list(torch.from_numpy(out))
 
 
-def attention_mask(ids: list[int], max_length: int = 128) -> torch.Tensor:
+@vectorized
+def attention_mask(ids: Sequence[list[int]], max_length: int = 128) -> list[torch.Tensor]:
     """int64 ``[max_length]``: 1 for each real token, 0 for padding."""
-    out = torch.zeros(max_length, dtype=torch.int64)
-    out[: len(ids)] = 1
-    return out
+    lengths = np.fromiter(map(len, ids), dtype=np.int64, count=len(ids))
+    return list(torch.from_numpy(_real(lengths, max_length).astype(np.int64)))
+
+
+def _real(lengths: np.ndarray, max_length: int) -> np.ndarray:
+    """``[n, max_length]`` booleans: True at the positions of real tokens."""
+    if len(lengths) and int(lengths.max()) > max_length:
+        raise ValueError(f"ids of {int(lengths.max())} tokens do not fit max_length {max_length}")
+    return np.arange(max_length) < lengths[:, None]
 
 
 def class_names(table: Any, label_column: str | None = "label") -> tuple[str, ...] | None:
@@ -247,6 +263,22 @@ def _check_length(max_length: int) -> None:
 
 
 _CACHE: dict[tuple[int, str, int, int, int], Any] = {}
+_POOL = "TOKENIZERS_PARALLELISM"
+
+
+def _encode(tok: Any, texts: list[str]) -> list[Any]:
+    """The texts' encodings, without ever deadlocking a forked process or starting the
+    tokenizer's thread pool unasked: in a child process (DataLoader and pool workers) the
+    pool is turned off for that process (``TOKENIZERS_PARALLELISM=false`` there: a pool the
+    parent started does not survive ``fork``) and the batch is encoded at once; in the main
+    process ``encode_batch`` runs only if ``TOKENIZERS_PARALLELISM`` asks for the pool,
+    else the texts are encoded one by one (no pool, so no fork warning later)."""
+    if multiprocessing.parent_process() is not None:
+        os.environ[_POOL] = "false"
+    elif os.environ.get(_POOL, "").strip().lower() not in ("1", "true", "on", "yes"):
+        return [tok.encode(t) for t in texts]
+    # encode_batch_fast: the same ids without character offsets (not needed here).
+    return getattr(tok, "encode_batch_fast", tok.encode_batch)(texts)  # type: ignore[no-any-return]
 
 
 def _load(path: str, max_length: int | None = None) -> Any:

@@ -230,6 +230,37 @@ def test_a_tokenizers_json_in_workers_after_main_process_use(
         assert len(long) and long[:, 0].eq(tok.token_to_id("[CLS]")).all() and long[:, -1].eq(tok.token_to_id("[SEP]")).all()
 
 
+@pytest.mark.parametrize("pool", ["unset", "true"])
+def test_a_tokenizer_encodes_a_batch_at_a_time(
+    pool: str, licences: pa.Table, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    if pool == "unset":
+        monkeypatch.delenv("TOKENIZERS_PARALLELISM", raising=False)
+    else:
+        monkeypatch.setenv("TOKENIZERS_PARALLELISM", pool)
+    path = tmp_path / "tok.json"
+    tok = _train_tokenizer(licences.column("text").to_pylist(), path, "wordlevel")
+    batches: list[int] = []
+    real_encode = text._encode
+
+    def spy(t: Any, texts: list[str]) -> list[Any]:
+        batches.append(len(texts))
+        return real_encode(t, texts)
+
+    monkeypatch.setattr(text, "_encode", spy)
+    dr = _driver(tokenizer=str(path), max_length=16)
+    loader = dr.dataloader(["token_ids"], inputs={"table": licences}, batch_size=32)
+    ids = torch.cat([b["token_ids"] for b in loader])
+    n = licences.num_rows
+    assert batches == [32] * (n // 32) + ([n % 32] if n % 32 else [])  # one call per batch, every text in it
+    assert os.environ.get("TOKENIZERS_PARALLELISM", "unset") == pool  # the main process's setting is left alone
+    tok.no_padding()
+    tok.enable_truncation(16)
+    for i in (0, n - 1):
+        assert ids[i, : len(tok.encode(licences.column("text")[i].as_py()).ids)].tolist() == \
+            tok.encode(licences.column("text")[i].as_py()).ids
+
+
 def test_tokenizer_text_is_not_lowercased_here_and_a_missing_file_names_the_fix(tmp_path: Path) -> None:
     from tokenizers import Tokenizer, models, pre_tokenizers, trainers
 
