@@ -37,7 +37,7 @@ import torch
 from flowdata import Collect, Parallel, reduce, vectorized
 from flowdata.stats import Stats, Vocab, Vocabulary
 from flowdata_modules._manifest import LabelVocabulary, class_names as _class_names
-from flowdata_modules._table import columns_of, read_table
+from flowdata_modules._table import names_of, table_columns
 
 _log = logging.getLogger("flowdata")
 
@@ -69,8 +69,7 @@ def row(
         if isinstance(value, str):
             raise TypeError(f"{option}={value!r}: expected a list of column names, got a string\n"
                             f"  fix: Builder().with_config({{{option!r}: [{value!r}]}})")
-    table = read_table(table)
-    columns = columns_of(table) or []
+    columns = names_of(table)
     wanted = [*numeric_columns, *category_columns, *([label_column] if label_column is not None else [])]
     unknown = [(c, option) for option, names in (("numeric_columns", numeric_columns),
                                                   ("category_columns", category_columns),
@@ -83,16 +82,7 @@ def row(
             "  fix: name existing columns in the config, Builder().with_config({'numeric_columns': [...], "
             "'category_columns': [...], 'label_column': ...}) (label_column None for a table without labels)"
         )
-    return _select(table, list(dict.fromkeys(wanted)))  # type: ignore[no-any-return]
-
-
-def _select(table: Any, columns: list[str]) -> Any:
-    """The table with only ``columns``, in that order (no copy of the data)."""
-    if hasattr(table, "select_columns"):  # datasets.Dataset
-        return table.select_columns(columns)
-    if hasattr(table, "iloc"):  # pandas
-        return table[columns]
-    return table.select(columns)  # pyarrow Table or RecordBatch
+    return table_columns(table, list(dict.fromkeys(wanted)))  # type: ignore[no-any-return]
 
 
 # --- numbers ---------------------------------------------------------------------------------
@@ -242,7 +232,7 @@ class ShiftedWelford:
         """Folds a block of rows in: its statistics about the shift, merged by Chan's formula."""
         if not values:
             return
-        x = np.stack([np.asarray(v, dtype=np.float64).reshape(-1) for v in values])
+        x = _stacked(values).astype(np.float64, copy=False).reshape(len(values), -1)
         self._shape(x.shape[1])
         valid = ~np.isnan(x)
         unset = np.isnan(self.shift) & valid.any(axis=0)
@@ -422,6 +412,11 @@ class CategoryVocabularies:
             if v is not None:
                 vocabulary.counts[v] += 1
 
+    def fold(self, values: Sequence[Sequence[str | None]]) -> None:
+        """Counts a block of rows, column by column."""
+        for j, vocabulary in enumerate(self.vocabularies):
+            vocabulary.counts.update(v for v in (row[j] for row in values) if v is not None)
+
     def merge(self, other: CategoryVocabularies) -> CategoryVocabularies:
         """Adds another's counts; returns self."""
         for mine, theirs in zip(self.vocabularies, other.vocabularies, strict=True):
@@ -472,11 +467,12 @@ def categories(category_values: Sequence[tuple[str | None, ...]], category_vocab
 # --- missing cells ---------------------------------------------------------------------------
 
 
-def missing_cells(parsed: torch.Tensor, category_values: tuple[str | None, ...]) -> torch.Tensor:
+@vectorized
+def missing_cells(parsed: Sequence[torch.Tensor], category_values: Sequence[tuple[str | None, ...]]) -> torch.Tensor:
     """bool ``[numeric + category columns]``: which of the row's cells are missing."""
-    numbers = torch.isnan(parsed)
-    names = torch.tensor([v is None for v in category_values], dtype=torch.bool)
-    return torch.cat([numbers, names])
+    numbers = torch.isnan(torch.stack(list(parsed)))
+    names = torch.tensor([[v is None for v in values] for values in category_values], dtype=torch.bool)
+    return torch.cat([numbers, names.reshape(len(numbers), -1)], dim=1)
 
 
 class MissingCounts:
@@ -498,7 +494,7 @@ class MissingCounts:
     def fold(self, values: Sequence[Any]) -> None:
         """Counts a block of rows."""
         if values:
-            self.counts += np.stack([np.asarray(v, dtype=np.int64) for v in values]).sum(axis=0)
+            self.counts += _stacked(values).astype(np.int64).sum(axis=0)
 
     def merge(self, other: MissingCounts) -> MissingCounts:
         """Adds another's counts; returns self."""
@@ -519,6 +515,16 @@ class MissingCounts:
         r = cls([str(c) for c in np.asarray(state["columns"])])
         r.counts = np.array(state["counts"], dtype=np.int64)
         return r
+
+
+def _stacked(values: Sequence[Any]) -> np.ndarray:
+    """A block of tensors (or arrays) as one numpy array, one row per value."""
+    if all(isinstance(v, torch.Tensor) for v in values):
+        first = values[0].shape
+        if all(v.shape == first for v in values):
+            return torch.stack(list(values)).reshape(len(values), -1).numpy()
+        return torch.stack([v.reshape(-1) for v in values]).numpy()
+    return np.stack([np.asarray(v).reshape(-1) for v in values])
 
 
 @reduce(MissingCounts)

@@ -42,7 +42,7 @@ from hamilton.function_modifiers import config
 from flowdata import Collect, Parallel, reduce, vectorized
 from flowdata.stats import Vocab, Vocabulary
 from flowdata_modules._manifest import LabelVocabulary, label_of
-from flowdata_modules._table import columns_of, read_table
+from flowdata_modules._table import names_of, table_columns
 
 __all__ = [
     "PAD",
@@ -105,8 +105,7 @@ class TextVocabulary(Vocabulary):
 def row(table: Any, text_column: str = "text", label_column: str | None = "label") -> Parallel[dict[str, Any]]:
     """The samples: the table's rows, its ``text_column`` and ``label_column`` only (the
     table itself, not a copy: flowdata indexes it by rows)."""
-    data = read_table(table)
-    columns = columns_of(data) or []
+    columns = names_of(table)
     wanted = [(text_column, "text_column")] + ([] if label_column is None else [(label_column, "label_column")])
     missing = [(c, option) for c, option in wanted if c not in columns]
     if missing:
@@ -118,15 +117,7 @@ def row(table: Any, text_column: str = "text", label_column: str | None = "label
                          f"  fix: name the column{'s' if len(missing) > 1 else ''} in the config, "
                          f"Builder().with_config({{{fix}}}){unlabelled}")
     keep = list(dict.fromkeys(c for c, _ in wanted))
-    return _select(data, keep)  # type: ignore[no-any-return]
-
-
-def _select(data: Any, columns: list[str]) -> Any:
-    if hasattr(data, "select_columns"):  # datasets.Dataset
-        return data.select_columns(columns)
-    if hasattr(data, "iloc"):  # pandas
-        return data[columns]
-    return data.select(columns)  # pyarrow Table / RecordBatch
+    return table_columns(table, keep)  # type: ignore[no-any-return]
 
 
 def text(row: dict[str, Any], text_column: str = "text") -> str:

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import pytest
 
 import flowdata as fd
-from flowdata.run.source import IndexSource, IterableSource, Source, as_source, indexed
+from flowdata.run.source import IndexSource, IterableSource, Source, TableIndex, as_source, indexed
 
 FLOW = """
 from flowdata import Parallel
@@ -74,3 +75,58 @@ def test_a_table_returned_by_a_source_is_indexed_by_rows(build: Callable[..., fd
     assert dr.execute(["all_x"], inputs={"table": table})["all_x"] == want
     loader = dr.dataloader(["x"], inputs={"table": table}, batch_size=2, num_workers=2)
     assert [v for b in loader for v in b["x"].tolist()] == want
+
+
+def test_a_table_of_many_chunks_gives_every_row_in_order(build: Callable[..., fd.Driver]) -> None:
+    import numpy as np
+    import pyarrow as pa
+
+    # Chunks of uneven sizes (one empty), as concatenated or Parquet-read tables have.
+    sizes = [7, 0, 13, 1, 29, 50]
+    chunks, start = [], 0
+    for size in sizes:
+        chunks.append(pa.table({"x": pa.array(range(start, start + size), pa.int64()),
+                                "name": pa.array(["n" * (i % 3 + 1) for i in range(size)], pa.string())}))
+        start += size
+    table = pa.concat_tables(chunks)
+    assert table.column("x").num_chunks == len(sizes)
+    rows = table.to_pylist()
+    want = [float(r["x"]) + len(r["name"]) for r in rows]
+    dr = build(TABLE_FLOW)
+    assert dr.execute(["all_x"], inputs={"table": table})["all_x"] == want
+    for shuffle in (False, True):
+        loader = dr.dataloader(["x"], inputs={"table": table}, batch_size=16, shuffle=shuffle, seed=3)
+        got = [v for b in loader for v in b["x"].tolist()]
+        assert got == want if not shuffle else (sorted(got) == sorted(want) and got != want)  # every row once
+    index = TableIndex(table)
+    picks = np.random.default_rng(0).integers(0, len(rows), 40).tolist() + [99, 0, 99]
+    assert index.take(picks) == [rows[i] for i in picks] and index.take(range(5, 30)) == rows[5:30]
+
+
+def test_a_mapped_table_lives_in_its_file_and_pickles_as_its_path(tmp_path: Path) -> None:
+    import gc
+    import pickle
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from flowdata.run.source import mapped_table
+    from flowdata_modules._table import table_columns
+
+    data = pa.table({"x": list(range(3000)), "name": [f"n{i}" for i in range(3000)], "unused": [0.5] * 3000})
+    pq.write_table(data, tmp_path / "t.parquet", row_group_size=700)
+    table = table_columns(str(tmp_path / "t.parquet"), ["name", "x"])  # what the text and tabular sources return
+    assert table.column_names == ["name", "x"] and table.to_pylist() == data.select(["name", "x"]).to_pylist()
+    blob = pickle.dumps(TableIndex(table))
+    assert len(blob) < 1000  # the file's path, not 3,000 rows: a worker maps the same file
+    again = pickle.loads(blob)
+    assert again.take([2999, 0, 1500]) == [table.to_pylist()[i] for i in (2999, 0, 1500)]
+    path = pickle.loads(blob).__getstate__()["mapped"]
+    assert Path(path).exists()
+    plain = pickle.dumps(TableIndex(data))  # a table in memory pickles as itself
+    assert len(plain) > 10_000 and pickle.loads(plain).take([5]) == [data.to_pylist()[5]]
+    del table, again
+    gc.collect()
+    assert not Path(path).exists()  # removed with the table
+    copy = mapped_table(iter(data.to_batches(max_chunksize=1000)), data.schema, "copy")
+    assert copy.equals(data)
