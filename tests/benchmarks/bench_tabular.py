@@ -168,32 +168,32 @@ def main() -> None:
     if args.child:
         child(*args.child)
         return
-    folder = tempfile.mkdtemp(prefix="bench-tabular-")
-    path = f"{folder}/table.parquet"
-    start = time.perf_counter()
-    write_table(path, args.rows)
-    print("\n".join(machine_lines()))
-    print(f"{args.rows} rows x {len(NUMERIC)} numeric + {len(CATEGORY)} category columns "
-          f"({Path(path).stat().st_size / 1e6:.0f} MB Parquet, written in {time.perf_counter() - start:.1f} s); "
-          f"batch {BATCH}, {WORKERS} workers")
-    best: dict[str, dict[str, float]] = {}
-    for _ in range(args.rounds):
-        for contender in ("pandas", "flowdata"):  # taking turns, so that the machine's load hits both alike
-            got = run_child(__file__, contender, ["--child", contender, path], timeout_s=3600)
-            if isinstance(got, str):
-                print(f"{contender}: {got}")
-                continue
-            if contender not in best or got["epoch_s"] < best[contender]["epoch_s"]:
-                best[contender] = got
-    if "pandas" not in best:
-        return
-    base = best["pandas"]["samples"] / best["pandas"]["epoch_s"]
-    print(f"{'contender':10} {'set-up':>8} {'1st batch':>10} {'samples/s':>10} {'vs pandas':>10} {'peak MB':>8} "
-          f"{'anon MB':>8} {'mean x0':>8}")
-    for name, m in best.items():
-        rate = m["samples"] / m["epoch_s"]
-        print(f"{name:10} {m['setup_s']:7.1f}s {m['first_batch_s']:9.1f}s {rate:10.0f} {rate / base:9.2f}x "
-              f"{m['peak_mb']:8.0f} {m['anon_mb']:8.0f} {m['check']:8.3f}")
+    with tempfile.TemporaryDirectory(prefix="bench-tabular-") as folder:  # removed at the end
+        path = f"{folder}/table.parquet"
+        start = time.perf_counter()
+        write_table(path, args.rows)
+        print("\n".join(machine_lines()))
+        print(f"{args.rows} rows x {len(NUMERIC)} numeric + {len(CATEGORY)} category columns "
+              f"({Path(path).stat().st_size / 1e6:.0f} MB Parquet, written in {time.perf_counter() - start:.1f} s); "
+              f"batch {BATCH}, {WORKERS} workers")
+        best: dict[str, dict[str, float]] = {}
+        for _ in range(args.rounds):
+            for contender in ("pandas", "flowdata"):  # taking turns, so that the machine's load hits both alike
+                got = run_child(__file__, contender, ["--child", contender, path], timeout_s=3600)
+                if isinstance(got, str):
+                    print(f"{contender}: {got}")
+                    continue
+                if contender not in best or got["epoch_s"] < best[contender]["epoch_s"]:
+                    best[contender] = got
+        if "pandas" not in best:
+            return
+        base = best["pandas"]["samples"] / best["pandas"]["epoch_s"]
+        print(f"{'contender':10} {'set-up':>8} {'1st batch':>10} {'samples/s':>10} {'vs pandas':>10} {'peak MB':>8} "
+              f"{'anon MB':>8} {'mean x0':>8}")
+        for name, m in best.items():
+            rate = m["samples"] / m["epoch_s"]
+            print(f"{name:10} {m['setup_s']:7.1f}s {m['first_batch_s']:9.1f}s {rate:10.0f} {rate / base:9.2f}x "
+                  f"{m['peak_mb']:8.0f} {m['anon_mb']:8.0f} {m['check']:8.3f}")
 
 
 if __name__ == "__main__":

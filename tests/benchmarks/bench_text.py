@@ -130,62 +130,62 @@ def main() -> None:
     import flowdata as fd
     from flowdata_modules import text
 
-    folder = tempfile.mkdtemp(prefix="bench-text-")
-    table, tok_path = f"{folder}/docs.parquet", f"{folder}/wordpiece.json"
-    start = time.perf_counter()
-    write_table(table, args.n)
-    train_wordpiece(table, tok_path)
-    print(f"{args.n} documents, {os.cpu_count()} cores, {args.workers} workers (set-up {time.perf_counter() - start:.1f}s)")
+    with tempfile.TemporaryDirectory(prefix="bench-text-") as folder:  # removed at the end
+        table, tok_path = f"{folder}/docs.parquet", f"{folder}/wordpiece.json"
+        start = time.perf_counter()
+        write_table(table, args.n)
+        train_wordpiece(table, tok_path)
+        print(f"{args.n} documents, {os.cpu_count()} cores, {args.workers} workers (set-up {time.perf_counter() - start:.1f}s)")
 
-    common = {"batch_size": 256, "num_workers": args.workers, "persistent_workers": True}
-    builtin = fd.Builder().with_modules(text).with_config({"max_length": 64}).build()
-    pass_seconds: dict[int, float] = {}
-    for _ in range(args.rounds):  # taking turns, best of the rounds
-        for workers in (0, args.workers):
-            start = time.perf_counter()
-            loader = builtin.dataloader(OUTPUTS, inputs={"table": table}, batch_size=256, num_workers=workers)
-            pass_seconds[workers] = min(pass_seconds.get(workers, 1e9), time.perf_counter() - start)
-    stats = loader.stats
-    # Pre-tokenised: the same ids, computed once up front in this process.
-    start = time.perf_counter()
-    rows = builtin.dataloader(OUTPUTS, inputs={"table": table, **stats}, batch_size=4096, num_workers=args.workers)
-    batches = list(rows)
-    ids = torch.cat([b["token_ids"] for b in batches])
-    mask = torch.cat([b["attention_mask"] for b in batches])
-    labels = torch.cat([b["label"] for b in batches])
-    pretokenise_seconds = time.perf_counter() - start
+        common = {"batch_size": 256, "num_workers": args.workers, "persistent_workers": True}
+        builtin = fd.Builder().with_modules(text).with_config({"max_length": 64}).build()
+        pass_seconds: dict[int, float] = {}
+        for _ in range(args.rounds):  # taking turns, best of the rounds
+            for workers in (0, args.workers):
+                start = time.perf_counter()
+                loader = builtin.dataloader(OUTPUTS, inputs={"table": table}, batch_size=256, num_workers=workers)
+                pass_seconds[workers] = min(pass_seconds.get(workers, 1e9), time.perf_counter() - start)
+        stats = loader.stats
+        # Pre-tokenised: the same ids, computed once up front in this process.
+        start = time.perf_counter()
+        rows = builtin.dataloader(OUTPUTS, inputs={"table": table, **stats}, batch_size=4096, num_workers=args.workers)
+        batches = list(rows)
+        ids = torch.cat([b["token_ids"] for b in batches])
+        mask = torch.cat([b["attention_mask"] for b in batches])
+        labels = torch.cat([b["label"] for b in batches])
+        pretokenise_seconds = time.perf_counter() - start
 
-    class Pre(torch.utils.data.Dataset[dict[str, torch.Tensor]]):
-        def __len__(self) -> int:
-            return len(labels)
+        class Pre(torch.utils.data.Dataset[dict[str, torch.Tensor]]):
+            def __len__(self) -> int:
+                return len(labels)
 
-        def __getitem__(self, i: int) -> dict[str, torch.Tensor]:
-            return {"token_ids": ids[i], "attention_mask": mask[i], "label": labels[i]}
+            def __getitem__(self, i: int) -> dict[str, torch.Tensor]:
+                return {"token_ids": ids[i], "attention_mask": mask[i], "label": labels[i]}
 
-    contenders = {
-        "pretokenised": torch.utils.data.DataLoader(Pre(), shuffle=True, **common),
-        "builtin": builtin.dataloader(OUTPUTS, inputs={"table": table, **stats}, shuffle=True, **common),
-        "wordpiece": fd.Builder().with_modules(text).with_config({"max_length": 64, "tokenizer": tok_path}).build()
-        .dataloader(OUTPUTS, inputs={"table": table}, shuffle=True, **common),
-    }
-    best: dict[str, tuple[float, int, int]] = {}
-    for _ in range(args.rounds):
-        for name, loader in contenders.items():  # taking turns, so that the machine's load hits all alike
-            got = epoch(loader)
-            if name not in best or got[0] < best[name][0]:
-                best[name] = got
-    per_doc = tokenizer_alone(table, tok_path, 64)
-    base = best["pretokenised"][1] / best["pretokenised"][0]
-    print(f"{'contender':18} {'samples/s':>10} {'tokens/s':>11} {'vs pre':>7}")
-    for name, (seconds, samples, tokens) in best.items():
-        print(f"{name:18} {samples / seconds:10.0f} {tokens / seconds:11.0f} {samples / seconds / base:6.2f}x")
-    ceiling = args.workers / per_doc
-    print(f"{'tokenizer ceiling':18} {ceiling:10.0f} {'':>11} {ceiling / base:6.2f}x   "
-          f"({per_doc * 1e6:.0f} us a document in one process; wordpiece reaches "
-          f"{best['wordpiece'][1] / best['wordpiece'][0] / ceiling:.0%} of it)")
-    print(f"pre-tokenising up front: {pretokenise_seconds:.1f}s")
-    print(f"vocabulary pass: {pass_seconds[0]:.1f}s at 0 workers, {pass_seconds[args.workers]:.1f}s at "
-          f"{args.workers} ({pass_seconds[0] / pass_seconds[args.workers]:.2f}x)")
+        contenders = {
+            "pretokenised": torch.utils.data.DataLoader(Pre(), shuffle=True, **common),
+            "builtin": builtin.dataloader(OUTPUTS, inputs={"table": table, **stats}, shuffle=True, **common),
+            "wordpiece": fd.Builder().with_modules(text).with_config({"max_length": 64, "tokenizer": tok_path}).build()
+            .dataloader(OUTPUTS, inputs={"table": table}, shuffle=True, **common),
+        }
+        best: dict[str, tuple[float, int, int]] = {}
+        for _ in range(args.rounds):
+            for name, loader in contenders.items():  # taking turns, so that the machine's load hits all alike
+                got = epoch(loader)
+                if name not in best or got[0] < best[name][0]:
+                    best[name] = got
+        per_doc = tokenizer_alone(table, tok_path, 64)
+        base = best["pretokenised"][1] / best["pretokenised"][0]
+        print(f"{'contender':18} {'samples/s':>10} {'tokens/s':>11} {'vs pre':>7}")
+        for name, (seconds, samples, tokens) in best.items():
+            print(f"{name:18} {samples / seconds:10.0f} {tokens / seconds:11.0f} {samples / seconds / base:6.2f}x")
+        ceiling = args.workers / per_doc
+        print(f"{'tokenizer ceiling':18} {ceiling:10.0f} {'':>11} {ceiling / base:6.2f}x   "
+              f"({per_doc * 1e6:.0f} us a document in one process; wordpiece reaches "
+              f"{best['wordpiece'][1] / best['wordpiece'][0] / ceiling:.0%} of it)")
+        print(f"pre-tokenising up front: {pretokenise_seconds:.1f}s")
+        print(f"vocabulary pass: {pass_seconds[0]:.1f}s at 0 workers, {pass_seconds[args.workers]:.1f}s at "
+              f"{args.workers} ({pass_seconds[0] / pass_seconds[args.workers]:.2f}x)")
 
 
 if __name__ == "__main__":
