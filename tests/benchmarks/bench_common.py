@@ -145,26 +145,32 @@ def hamilton_driver(module_name: str) -> tuple[Any, float]:
     return dr, (time.perf_counter() - t0) * 1e3
 
 
-def write_pngs(folder: Path, n: int, seed: Sequence[int]) -> float:
-    """Writes ``n`` deterministic 64x64 RGB PNGs (gradients, noise, three ellipses) into
-    ``folder``, image ``i`` drawn from ``default_rng([*seed, i])``; returns their size in MB."""
+def png_image(seed: Sequence[int]) -> Any:
+    """A deterministic 64x64 RGB PIL image (gradients, noise, three ellipses) drawn from
+    ``default_rng(seed)``."""
     import numpy as np
     from PIL import Image, ImageDraw
 
     base = np.linspace(0.0, 255.0, PNG_SIDE, dtype=np.float32)
+    rng = np.random.default_rng(list(seed))
+    planes = [np.add.outer(base * rng.random(), base * rng.random()) / 2 for _ in range(3)]
+    arr = np.stack(planes, axis=-1) + rng.normal(0.0, 12.0, (PNG_SIDE, PNG_SIDE, 3))
+    im = Image.fromarray(np.clip(arr, 0, 255).astype(np.uint8), "RGB")
+    draw = ImageDraw.Draw(im)
+    for _ in range(3):
+        x0, y0 = (int(v) for v in rng.integers(0, PNG_SIDE - 16, 2))
+        w, h = (int(v) for v in rng.integers(8, 32, 2))
+        draw.ellipse((x0, y0, x0 + w, y0 + h), fill=tuple(int(c) for c in rng.integers(0, 256, 3)))
+    return im
+
+
+def write_pngs(folder: Path, n: int, seed: Sequence[int]) -> float:
+    """Writes ``n`` images of :func:`png_image` into ``folder`` as PNGs, image ``i`` drawn
+    from ``default_rng([*seed, i])``; returns their size in MB."""
     total = 0
     for i in range(n):
-        rng = np.random.default_rng([*seed, i])
-        planes = [np.add.outer(base * rng.random(), base * rng.random()) / 2 for _ in range(3)]
-        arr = np.stack(planes, axis=-1) + rng.normal(0.0, 12.0, (PNG_SIDE, PNG_SIDE, 3))
-        im = Image.fromarray(np.clip(arr, 0, 255).astype(np.uint8), "RGB")
-        draw = ImageDraw.Draw(im)
-        for _ in range(3):
-            x0, y0 = (int(v) for v in rng.integers(0, PNG_SIDE - 16, 2))
-            w, h = (int(v) for v in rng.integers(8, 32, 2))
-            draw.ellipse((x0, y0, x0 + w, y0 + h), fill=tuple(int(c) for c in rng.integers(0, 256, 3)))
         target = folder / f"img_{i:05d}.png"
-        im.save(target)
+        png_image([*seed, i]).save(target)
         total += target.stat().st_size
     return total / 2**20
 

@@ -17,10 +17,10 @@ from typing import Any
 import numpy as np
 import torch
 import torch.nn.functional as F
-from PIL import Image, ImageDraw
+from bench_common import png_image
+from PIL import Image
 from torch.utils.data import Dataset
 
-SIDE = 64
 OUT = 32
 MEAN = torch.tensor([0.485, 0.456, 0.406]).view(3, 1, 1)
 STD = torch.tensor([0.229, 0.224, 0.225]).view(3, 1, 1)
@@ -30,19 +30,9 @@ STD = torch.tensor([0.229, 0.224, 0.225]).view(3, 1, 1)
 
 
 def png_bytes(i: int, seed: int = 0) -> bytes:
-    """A deterministic 64x64 RGB PNG: gradients, noise and three ellipses (as ``bench_common``)."""
-    rng = np.random.default_rng([seed, i])
-    base = np.linspace(0.0, 255.0, SIDE, dtype=np.float32)
-    planes = [np.add.outer(base * rng.random(), base * rng.random()) / 2 for _ in range(3)]
-    arr = np.stack(planes, axis=-1) + rng.normal(0.0, 12.0, (SIDE, SIDE, 3))
-    im = Image.fromarray(np.clip(arr, 0, 255).astype(np.uint8), "RGB")
-    draw = ImageDraw.Draw(im)
-    for _ in range(3):
-        x0, y0 = (int(v) for v in rng.integers(0, SIDE - 16, 2))
-        w, h = (int(v) for v in rng.integers(8, 32, 2))
-        draw.ellipse((x0, y0, x0 + w, y0 + h), fill=tuple(int(c) for c in rng.integers(0, 256, 3)))
+    """A deterministic 64x64 RGB PNG: :func:`bench_common.png_image` of ``[seed, i]``."""
     out = io.BytesIO()
-    im.save(out, format="PNG")
+    png_image([seed, i]).save(out, format="PNG")
     return out.getvalue()
 
 
