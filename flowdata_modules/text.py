@@ -265,7 +265,8 @@ def _encode(tok: Any, texts: list[str]) -> list[Any]:
     process ``encode_batch`` runs only if ``TOKENIZERS_PARALLELISM`` asks for the pool,
     else the texts are encoded one by one (no pool, so no fork warning later)."""
     if multiprocessing.parent_process() is not None:
-        os.environ[_POOL] = "false"
+        if os.environ.get(_POOL) != "false":  # once per process, not per batch
+            os.environ[_POOL] = "false"
     elif os.environ.get(_POOL, "").strip().lower() not in ("1", "true", "on", "yes"):
         return [tok.encode(t) for t in texts]
     # encode_batch_fast: the same ids without character offsets (not needed here).
