@@ -8,6 +8,7 @@
     ├── MediaError                a file could not be decoded (names the path and why)
     ├── NodeError                 a once or Collect node raised; the user's error is chained
     │   └── SampleError           a per-sample node raised for one sample
+    ├── RankError                 another rank of torch.distributed failed in a shared pass
     ├── StatsError (ValueError)   a reducer received data it cannot fold
     └── TooManySkipped            more samples skipped than ``max_skipped`` allows
 
@@ -33,6 +34,7 @@ __all__ = [
     "GraphProblem",
     "InputError",
     "NodeError",
+    "RankError",
     "SampleError",
     "StatsError",
     "TooManySkipped",
@@ -212,6 +214,28 @@ class SampleError(NodeError):
 
 def _rebuild_sample_error(node: str, location: str, detail: str, fields: dict[str, Any]) -> SampleError:
     return SampleError(node, location, detail, **fields)
+
+
+class RankError(FlowdataError):
+    """Another rank failed in a pass the ranks share; every rank raises it, none is left waiting.
+
+    Attributes:
+        rank: The rank that failed first (lowest number among those that failed).
+        detail: Its error, as it reported it.
+    """
+
+    def __init__(self, rank: int, world_size: int, where: str, detail: str):
+        self.rank = rank
+        self.world_size = world_size
+        self.where = where
+        self.detail = detail
+        super().__init__(
+            f"rank {rank} of {world_size} failed in {where}, which the ranks share: {detail}\n"
+            f"  fix: see rank {rank}'s own error (its log) and correct that; the other ranks stopped with it"
+        )
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.rank, self.world_size, self.where, self.detail))
 
 
 class StatsError(FlowdataError, ValueError):
