@@ -12,7 +12,16 @@ Write plain functions; parameter names name upstream nodes, annotations are type
 from typing import TYPE_CHECKING
 
 from flowdata.driver import Builder, Driver
-from flowdata.errors import FlowdataError, GraphError, GraphProblem, InputError, MediaError, NodeError, SampleError
+from flowdata.errors import (
+    FlowdataError,
+    GraphError,
+    GraphProblem,
+    InputError,
+    MediaError,
+    NodeError,
+    RankError,
+    SampleError,
+)
 from flowdata.plan import Plan
 from flowdata.reduce import reduce
 from flowdata.report import Report, Skip, TooManySkipped
@@ -22,6 +31,7 @@ from flowdata.vectorize import vectorized
 if TYPE_CHECKING:
     from flowdata.loader import DataLoader
     from flowdata.run.executors import Executor, InlineExecutor, ProcessExecutor
+    from flowdata.run.ray_executor import RayExecutor
 
 __all__ = [
     "Builder",
@@ -39,6 +49,8 @@ __all__ = [
     "Parallel",
     "Plan",
     "ProcessExecutor",
+    "RankError",
+    "RayExecutor",
     "Report",
     "SampleError",
     "Sequential",
@@ -62,4 +74,8 @@ def __getattr__(name: str) -> object:
         from flowdata.run import executors
 
         return getattr(executors, name)
+    if name == "RayExecutor":  # Ray itself is imported on first use of the executor
+        from flowdata.run.ray_executor import RayExecutor
+
+        return RayExecutor
     raise AttributeError(f"module 'flowdata' has no attribute {name!r}")

@@ -4,7 +4,7 @@
 
     flowdata check MODULE... [--config k=v ...] [--format text|json]
     flowdata run MODULE... --outputs a,b [--input k=v ...] [--config k=v ...]
-                 [--executor inline|processes] [--format text|json]
+                 [--executor inline|processes|ray[:ADDRESS]] [--format text|json]
     flowdata plan MODULE... --outputs a,b [--input k=v ...] [--config k=v ...]
     flowdata sample MODULE... --outputs a,b [--index N] [--input k=v ...] [--config k=v ...]
                  [--format text|json]
@@ -138,7 +138,8 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--outputs", required=True, help="comma-separated node names")
     run.add_argument("--input", action="append", metavar="K=V", help="input value (repeatable)")
     run.add_argument("--config", action="append", metavar="K=V", help="config entry (repeatable)")
-    run.add_argument("--executor", choices=("inline", "processes"), default="inline")
+    run.add_argument("--executor", type=_executor_name, default="inline", metavar="inline|processes|ray[:ADDRESS]",
+                     help="where Parallel chunks run (default inline); ray:ADDRESS joins a running Ray cluster")
     run.add_argument("--format", choices=("text", "json"), default="text")
 
     plan = sub.add_parser("plan", help="print the plan of a call: passes, groups, what each computes")
@@ -234,11 +235,37 @@ def _driver(args: argparse.Namespace) -> Any:
     return Builder().with_modules(*_load(args.modules)).with_config(_pairs(args.config, "config")).build()
 
 
+def _executor_name(text: str) -> str:
+    """``--executor`` checked as argparse reads it (the executor is made only when it runs)."""
+    if text in ("inline", "processes", "ray") or (text.startswith("ray:") and len(text) > 4):
+        return text
+    raise argparse.ArgumentTypeError(
+        f"expected inline, processes, ray or ray:ADDRESS (such as ray:auto or ray:127.0.0.1:6379), got {text!r}"
+    )
+
+
+def _executor(name: str) -> Any:
+    """The executor ``--executor`` names: a name ``execute()`` reads, or a RayExecutor that
+    joins the cluster at ADDRESS (closed by :func:`_run`)."""
+    if not name.startswith("ray:"):
+        return name
+    from flowdata.run.ray_executor import RayExecutor
+
+    return RayExecutor(address=name[4:])
+
+
 def _run(args: argparse.Namespace) -> int:
     outputs = _outputs(args.outputs)
     driver = _driver(args)
     inputs = _inputs(args.input, driver.graph)
-    _print_values(driver.execute(outputs, inputs=inputs, executor=args.executor), args.format)
+    executor = _executor(args.executor)
+    try:
+        values = driver.execute(outputs, inputs=inputs, executor=executor)
+    finally:
+        close = getattr(executor, "close", None)
+        if close is not None:
+            close()
+    _print_values(values, args.format)
     return 0
 
 

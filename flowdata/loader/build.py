@@ -38,7 +38,8 @@ from flowdata.run.kernel import PassSpec
 from flowdata.run.passes import Engine, Recorder, on_error_mode
 from flowdata.run.scheduler import Run
 from flowdata.run.shards import ShardedSource
-from flowdata.run.source import indexed
+from flowdata.run.ranks import ranks_of
+from flowdata.run.source import IndexSource, indexed
 from flowdata.loader.datasets import LaneDataset, PassDataset, StreamDataset
 from flowdata.loader.dataloader import DataLoader, progress_bar
 from flowdata.loader.order import EpochBatches
@@ -166,24 +167,32 @@ def build_dataset(
     executor, owned = _statistics_executor(options)
     cache_dir = os.fspath(options.cache_dir) if options.cache_dir is not None else None
     try:
+        ranks = ranks_of(options.rank, options.world_size)
         engine = Engine(driver.program, driver.graph.nodes, executor, recorder,
-                        rank=options.rank, world_size=options.world_size, timeout=options.timeout)
+                        rank=options.rank, world_size=options.world_size, timeout=options.timeout, ranks=ranks)
         cache = ReductionCache(PassCache(cache_dir), driver.graph.nodes, driver.program) if cache_dir else None
         run = Run(driver.graph, analysis, plan, values, engine, cache)
-        index = None
-        sharded = None
-        if group.kind == "parallel":
+
+        def open_group(_: object = None) -> tuple[IndexSource | None, ShardedSource | None]:
+            if group.kind != "parallel":
+                return None, None
             # Called here once (a function returning a stream is cheap to call): what it
             # returns decides how the epochs read it.
             opened = run.open_source(group)
             _refuse_split_by_node(group.source, opened, options)
             if isinstance(opened, ShardedSource):
-                sharded = opened
-                run.use_source(group.source, sharded)  # the statistics pass streams it once, here
-                _say_fallback(group.source, sharded.num_shards, options)
-            elif not streaming:
-                index = indexed(opened, _writable(cache_dir))
-                run.use_source(group.source, index)
+                run.use_source(group.source, opened)  # the statistics pass streams it once, here
+                _say_fallback(group.source, opened.num_shards, options)
+                return None, opened
+            if streaming:
+                return None, None
+            index = indexed(opened, _writable(cache_dir))
+            run.use_source(group.source, index)
+            return index, None
+
+        # Under torch.distributed, a source failing on one rank fails every rank (none waits).
+        index, sharded = (ranks.together(f"opening source '{group.source}'", open_group)[0] if ranks is not None
+                          else open_group())
         bar = progress_bar(options.progress, len(index.items) if index is not None else None, 0, "statistics",
                            unit="sample")
         if bar is not None:

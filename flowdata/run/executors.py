@@ -332,16 +332,20 @@ def resolve_executor(executor: object) -> tuple[Executor, bool]:
         return InlineExecutor(), True
     if executor == "processes":
         return ProcessExecutor(), True
+    if executor == "ray":  # joins a running Ray, else starts a local one for this call
+        from flowdata.run.ray_executor import RayExecutor
+
+        return RayExecutor(), True
     if isinstance(executor, str):
         raise FlowdataError(
             f"unknown executor {executor!r}\n"
-            "  fix: use 'inline', 'processes', or an object with a map(fn, tasks, *, context) "
+            "  fix: use 'inline', 'processes', 'ray', or an object with a map(fn, tasks, *, context) "
             "method such as flowdata.ProcessExecutor(num_workers=2)"
         )
     if not isinstance(executor, Executor) or not _takes_context(executor):
         raise FlowdataError(
             f"executor {executor!r} has no map(fn, tasks, *, context) method\n"
-            "  fix: pass 'inline', 'processes', or an object implementing flowdata.Executor "
+            "  fix: pass 'inline', 'processes', 'ray', or an object implementing flowdata.Executor "
             "(map calls fn(context, task) for every task and yields the results in order)"
         )
     return executor, False

@@ -216,10 +216,14 @@ class Folder:
     """Completes one reduction over a pass in the main process; chunks arrive in order.
 
     ``on_bad`` is told of a loose value the reducer cannot fold (see :class:`UnitCutter`).
+    With ``keep_blocks``, the blocks' reducers are kept in order (:attr:`blocks`) instead of
+    merged into :attr:`total`: a rank that merges them later into the total of the ranks
+    before it (see :mod:`~flowdata.run.ranks`).
     """
 
-    def __init__(self, spec: Any):
+    def __init__(self, spec: Any, keep_blocks: bool = False):
         self.spec = spec
+        self.blocks: list[Any] | None = [] if keep_blocks else None
         self.on_bad: OnBad | None = None  # set by the consumer that applies on_error
         self.total = spec.fresh()
         check = getattr(self.total, "check_samples", None)
@@ -271,7 +275,10 @@ class Folder:
                     self._next = min(min(later, default=complete), complete)
                     continue
                 if state is not None:
-                    self.total.merge(state)
+                    if self.blocks is not None:
+                        self.blocks.append(state)
+                    else:
+                        self.total.merge(state)
             except (BlockError, FlowdataError):  # FlowdataError: what on_bad raised
                 raise
             except Exception as exc:
@@ -279,7 +286,14 @@ class Folder:
             self._next += 1
 
     def finish(self) -> Any:
-        """Folds the last, partial block and returns the reducer holding everything."""
+        """Folds the last, partial block and returns the reducer holding everything (with
+        ``keep_blocks``: an empty one; the blocks are in :attr:`blocks`)."""
         last = max([-(-self._covered // BLOCK), *(b + 1 for b in self._whole), *(b + 1 for b in self._open)])
         self._advance(last)
         return self.total
+
+    def merged_into(self, total: Any) -> Any:
+        """``total`` with what this folder holds merged in, block after block; returns it."""
+        for state in self.blocks if self.blocks is not None else [self.total]:
+            total.merge(state)
+        return total

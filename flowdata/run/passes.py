@@ -35,9 +35,10 @@ from flowdata.run.chunking import MAX_CHUNK, ChunkSizer, chunked, chunked_keyed
 from flowdata.run.deadline import Stuck, Watch
 from flowdata.run.executors import Executor, InlineExecutor, WorkerDied
 from flowdata.run.kernel import ChunkResult, Failure, PassSpec, failure_of
+from flowdata.run.ranks import Ranks
 from flowdata.run.sequential import SequentialStream
 from flowdata.run.shards import SHARD_STRIDE, ShardedSource
-from flowdata.run.source import Source
+from flowdata.run.source import IndexSource, Source
 from flowdata.run.worker import PassContext, ShardRead, Task, run_task
 
 __all__ = ["Engine", "OnError", "Recorder", "failure_error", "on_error_mode"]
@@ -84,14 +85,15 @@ class Recorder:
         """The skip records of ``group`` so far (what a pass-cache entry keeps)."""
         return [s for s in self.report.skipped if s.group == group]
 
-    def restore(self, skips: Sequence[Skip]) -> None:
-        """Takes the skips of a pass loaded from the cache, as if they happened in this run."""
+    def restore(self, skips: Sequence[Skip], when: str = "when the cached pass ran") -> None:
+        """Takes skips found elsewhere (a pass loaded from the cache, other ranks), as if they
+        happened in this run."""
         fresh = [s for s in skips if s.index not in self._skips.get(s.group, ())]
         for s in fresh:
             self._skips.setdefault(s.group, set()).add(s.index)
             self._logged.add((s.group, s.index))
         if fresh:
-            _log.info("%d samples skipped when the cached pass ran are left out again", len(fresh))
+            _log.info("%d samples skipped %s are left out again", len(fresh), when)
             self.report.skipped.extend(fresh)
             self.report.check(total=None)
 
@@ -162,6 +164,8 @@ class Engine:
         rank: This process's rank among ``world_size``.
         world_size: Number of ranks.
         timeout: Seconds one node may spend on one sample (see :mod:`~flowdata.run.deadline`).
+        ranks: The ranks of ``torch.distributed`` that share passes (see
+            :mod:`~flowdata.run.ranks`), or None: this process computes every pass whole.
     """
 
     def __init__(
@@ -174,7 +178,9 @@ class Engine:
         rank: int = 0,
         world_size: int = 1,
         timeout: float | None = None,
+        ranks: Ranks | None = None,
     ):
+        self.ranks = ranks
         self.timeout = timeout
         self.program = program
         self.nodes = nodes
@@ -184,7 +190,8 @@ class Engine:
         self.rank = rank
         self.world_size = world_size
 
-    def stream(self, kind: str, spec: PassSpec, whole: Mapping[str, Any], source: Source) -> Iterator[ChunkResult]:
+    def stream(self, kind: str, spec: PassSpec, whole: Mapping[str, Any], source: Source,
+               part: tuple[int, int] | None = None) -> Iterator[ChunkResult]:
         """The checked chunks of one pass over ``source``, in sample order, lazily.
 
         Args:
@@ -192,9 +199,13 @@ class Engine:
             spec: The pass.
             whole: Whole values it reads.
             source: The group's items.
+            part: Only the samples ``start..stop - 1`` of an indexed source (a rank's share).
         """
         if self.timeout is not None:
             spec = dataclasses.replace(spec, timeout=self.timeout)
+        if part is not None:
+            assert isinstance(source, IndexSource)
+            return self._parallel(spec, whole, source.part(*part), keyed=True)
         if kind == "sequential":
             return self._sequential(spec, whole, source.open())
         if isinstance(source, ShardedSource):  # its own sample indices; its shards read in parallel

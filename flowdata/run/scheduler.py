@@ -29,25 +29,30 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import json
+import logging
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 from flowdata.cache import PassCache
 from flowdata.discover import Program
-from flowdata.errors import InputError, NodeError, describe, user_traceback
+from flowdata.errors import FlowdataError, InputError, NodeError, describe, user_traceback
 from flowdata.graph import Graph
 from flowdata.node import Node, Role
 from flowdata.plan import Analysis, GroupPlan, PassPlan, Plan
-from flowdata.report import Report
+from flowdata.report import Report, Skip
 from flowdata.run.cache import ReductionCache
 from flowdata.run.consumers import JobThread, Tee, call_collect, collect_arguments, reduce_all, run_jobs
 from flowdata.run.executors import InlineExecutor, resolve_executor
 from flowdata.run.folding import Folder
 from flowdata.run.kernel import ChunkResult, FoldSpec, PassSpec, failure_of
 from flowdata.run.passes import Engine, OnError, Recorder
+from flowdata.run.ranks import Ranks, skips_payload
 from flowdata.run.source import IndexSource, IterableSource, Source, as_source, call_source
 
 __all__ = ["Run", "execute", "run_sample"]
+
+_log = logging.getLogger("flowdata")
 
 
 class Run:
@@ -195,28 +200,91 @@ class Run:
 
     def _run_pass(self, group: GroupPlan, pass_: PassPlan) -> None:
         plain, folds = self._consumers(pass_)
-        key = None
+        ranks = self.engine.ranks
+        if ranks is not None and (plain or folds):
+            self._run_pass_ranks(group, pass_, plain, folds, ranks)
+            return
+        key = loaded = None
         if self.cache is not None and folds:
-            key = self.cache.key(group, pass_, folds, self.pass_whole(pass_), lambda: self.open_source(group),
-                                 chained=group.source in self.analysis.closes)
-            loaded = self.cache.load(key, folds, _where(group, pass_)) if key is not None else None
-            recorder = self.engine.recorder
-            if loaded is not None and loaded[1] and not recorder.skip:
-                loaded = None  # stored by a run that skipped samples: under "raise", they must raise
-            if loaded is not None:
-                self._keep([], folds, [loaded[0]])
-                recorder.restore(loaded[1])
-                folds = []
+            key, loaded = self._cached(group, pass_, folds)
+        if loaded is not None:
+            self._keep([], folds, [loaded[0]])
+            self.engine.recorder.restore(loaded[1])
+            folds = []
         if not plain and not folds:
             return
         tee = Tee(self._chunks(group, pass_, plain, folds), readers=len(plain) + (1 if folds else 0),
                   capacity=_capacity(group))
         results = run_jobs(self._jobs(plain, folds, group, pass_), tee)
         self._keep(plain, folds, results)
-        if self.cache is not None and key is not None and folds:
-            self.cache.save(key, folds, self.reducers, _where(group, pass_),
-                            {"group": group.source, "pass": pass_.number},
-                            self.engine.recorder.skips_of(group.source))
+        if key is not None and folds:
+            self._save(key, group, pass_, folds)
+
+    def _cached(
+        self, group: GroupPlan, pass_: PassPlan, folds: Sequence[FoldSpec]
+    ) -> tuple[str | None, tuple[dict[str, Any], list[Skip]] | None]:
+        """The pass's cache key and what the cache holds under it (None: compute the pass)."""
+        assert self.cache is not None
+        key = self.cache.key(group, pass_, folds, self.pass_whole(pass_), lambda: self.open_source(group),
+                             chained=group.source in self.analysis.closes)
+        loaded = self.cache.load(key, folds, _where(group, pass_)) if key is not None else None
+        if loaded is not None and loaded[1] and not self.engine.recorder.skip:
+            loaded = None  # stored by a run that skipped samples: under "raise", they must raise
+        return key, loaded
+
+    def _save(self, key: str, group: GroupPlan, pass_: PassPlan, folds: Sequence[FoldSpec]) -> None:
+        assert self.cache is not None
+        self.cache.save(key, folds, self.reducers, _where(group, pass_), {"group": group.source, "pass": pass_.number},
+                        self.engine.recorder.skips_of(group.source))
+
+    def _run_pass_ranks(
+        self, group: GroupPlan, pass_: PassPlan, plain: list[Node], folds: list[FoldSpec], ranks: Ranks
+    ) -> None:
+        """A pass under ``torch.distributed``, shared between the ranks when it can be (see
+        :mod:`flowdata.run.ranks`): every step that may fail on one rank runs inside
+        ``ranks.together``, so a failure anywhere raises everywhere and no rank waits."""
+        where, recorder = _where(group, pass_), self.engine.recorder
+        key = None
+        if self.cache is not None and folds:
+            (key, loaded), hits = ranks.together(where, lambda _: self._cached(group, pass_, folds),
+                                                 flag=lambda found: found[1] is not None)
+            if all(hits):  # one rank missing it (a disk of its own): every rank computes the pass
+                assert loaded is not None
+                self._keep([], folds, [loaded[0]])
+                recorder.restore(loaded[1])
+                folds = []
+                if not plain:
+                    return
+
+        def compute(check: Callable[[], None]) -> tuple[str | None, list[Any], list[Folder]]:
+            source = self.open_source(group)
+            why = _unshared(group, plain, folds, source)
+            part = ranks.share(len(source.index())) if why is None else None  # type: ignore[arg-type]
+            folders = [_folder(self.graph.nodes[f.node], f, keep_blocks=part is not None and ranks.rank > 0
+                               and not getattr(f.reducer.cls, "exact", False)) for f in folds]
+            tee = Tee(_checked(self._chunks(group, pass_, plain, folds, part), check),
+                      readers=len(plain) + (1 if folds else 0), capacity=_capacity(group))
+            return why, run_jobs(self._jobs(plain, folds, group, pass_, folders), tee), folders
+
+        (why, results, folders), _ = ranks.together(where, compute)
+        every = [[Skip(**s) for s in json.loads(b)] for b in ranks.gather(skips_payload(recorder.skips_of(group.source)))]
+        if why is None:
+            results[-1] = {f.node: ranks.chain(where, folder.total, folder.merged_into,
+                                               f.reducer.cls.from_state_dict)
+                           for f, folder in zip(folds, folders, strict=True)}
+        else:
+            _log.info("%s is computed whole by every rank: %s", where, why)
+            _same_skips(every, where, why, ranks.world_size)
+        self._keep(plain, folds, results)
+        recorder.restore([s for rank_skips in every for s in rank_skips], "on other ranks")
+        if key is not None and folds:
+            # One rank writes; the others wait, then read it -- and write it where they cannot
+            # see it (a cache_dir on a disk of their own).
+            if ranks.rank == 0:
+                self._save(key, group, pass_, folds)
+            ranks.barrier()
+            if ranks.rank > 0 and self.cache is not None and self.cache.load(key, folds, where) is None:
+                self._save(key, group, pass_, folds)
 
     def _consumers(self, pass_: PassPlan, exclude: str = "") -> tuple[list[Node], list[FoldSpec]]:
         """The Collect nodes a pass still has to feed: plain ones, and reductions."""
@@ -234,7 +302,8 @@ class Run:
         return plain, folds
 
     def _jobs(
-        self, plain: Sequence[Node], folds: Sequence[FoldSpec], group: GroupPlan, pass_: PassPlan
+        self, plain: Sequence[Node], folds: Sequence[FoldSpec], group: GroupPlan, pass_: PassPlan,
+        folders: list[Folder] | None = None,
     ) -> list[Callable[[Tee, int], Any]]:
         jobs: list[Callable[[Tee, int], Any]] = [
             functools.partial(call_collect, node, self._whole_args(node, skip_collect=True)) for node in plain
@@ -247,7 +316,8 @@ class Run:
                                               reproduce=spec.column)
                 recorder.failed(group.source, pass_.number, failure, counted=True)
 
-            folders = [_folder(self.graph.nodes[f.node], f) for f in folds]
+            if folders is None:
+                folders = [_folder(self.graph.nodes[f.node], f) for f in folds]
             jobs.append(functools.partial(reduce_all, folders, bad=bad))
         return jobs
 
@@ -261,15 +331,17 @@ class Run:
                 self.values[f.node] = _result_of(self.graph.nodes[f.node], reducers[f.node])
 
     def _chunks(
-        self, group: GroupPlan, pass_: PassPlan, plain: Sequence[Node], folds: Sequence[FoldSpec] = ()
+        self, group: GroupPlan, pass_: PassPlan, plain: Sequence[Node], folds: Sequence[FoldSpec] = (),
+        part: tuple[int, int] | None = None,
     ) -> Iterator[ChunkResult]:
-        """Eagerly computes what the pass reads, then returns the lazy stream of its chunks."""
+        """Eagerly computes what the pass reads, then returns the lazy stream of its chunks
+        (with ``part``: of the samples ``start..stop - 1`` only)."""
         whole = self.pass_whole(pass_)
         wanted = tuple(
             dict.fromkeys([p.name for c in plain for p in c.collect_params] + list(pass_.outputs))
         )
         spec = PassSpec(group.source, pass_.number, pass_.computes, wanted, folds=tuple(folds))
-        return self.engine.stream(group.kind, spec, whole, self.open_source(group))
+        return self.engine.stream(group.kind, spec, whole, self.open_source(group), part)
 
     # --- one sample -------------------------------------------------------------------------
 
@@ -296,11 +368,55 @@ def _capacity(group: GroupPlan) -> int:
     return 1 if group.kind == "sequential" else 4
 
 
-def _folder(node: Node, spec: FoldSpec) -> Folder:
+def _folder(node: Node, spec: FoldSpec, keep_blocks: bool = False) -> Folder:
     try:
-        return Folder(spec)
+        return Folder(spec, keep_blocks)
     except Exception as exc:  # the reducer's constructor refused the node's options
         raise _node_error(node, exc) from exc.with_traceback(user_traceback(exc.__traceback__))
+
+
+def _unshared(group: GroupPlan, plain: Sequence[Node], folds: Sequence[FoldSpec], source: Source) -> str | None:
+    """Why the ranks cannot share a pass (each computes it whole), or None when they can."""
+    if plain:
+        return (f"plain Collect function(s) {', '.join(repr(n.name) for n in plain)} read every value "
+                "(a reduction shares the work)")
+    if group.kind == "sequential" or not isinstance(source, IndexSource):
+        return f"source '{group.source}' is a stream, not an index"
+    for f in folds:
+        if not (hasattr(f.reducer.cls, "state_dict") and hasattr(f.reducer.cls, "from_state_dict")):
+            return f"reducer {f.reducer.cls.__name__} of '{f.node}' has no state_dict/from_state_dict"
+    return None
+
+
+def _checked(chunks: Iterator[ChunkResult], check: Callable[[], None]) -> Iterator[ChunkResult]:
+    """The chunks, stopping with ``check()``'s error as soon as another rank has failed."""
+    try:
+        check()
+        for chunk in chunks:
+            yield chunk
+            check()
+    finally:
+        close = getattr(chunks, "close", None)
+        if close is not None:
+            close()
+
+
+def _same_skips(every: Sequence[Sequence[Skip]], where: str, why: str, world_size: int) -> None:
+    """Raises (alike on every rank) when ranks that each computed a whole pass skipped
+    different samples: their results would differ."""
+    sets = [{s.index for s in rank_skips} for rank_skips in every]
+    if all(one == sets[0] for one in sets):
+        return
+    union = set().union(*sets)
+    odd = sorted(i for i in union if any(i not in one for one in sets))
+    lines = [f"  sample {i}: skipped on rank(s) {', '.join(str(r) for r, one in enumerate(sets) if i in one)} only"
+             for i in odd[:5]]
+    raise FlowdataError(
+        f"the {world_size} ranks skipped different samples in {where}, which every rank computed whole "
+        f"({why}), so their results differ:\n" + "\n".join(lines) + ("\n  ..." if len(odd) > 5 else "")
+        + "\n  fix: make the failure happen on every rank (a transient read error: retry inside the node), "
+        "or compute the Collect result with a reduction, which the ranks share"
+    )
 
 
 def _then(items: Iterator[Any], cleanup: Callable[[], None]) -> Iterator[Any]:

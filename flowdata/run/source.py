@@ -370,6 +370,12 @@ class IndexSource:
         own = getattr(self.items, "fingerprint", None)
         return own() if own is not None else fingerprint_items(self.open())
 
+    def part(self, start: int, stop: int) -> Iterator[tuple[int, Any]]:
+        """``(index, item)`` of the samples ``start..stop - 1``, read by batches."""
+        for lo in range(start, stop, _BATCH):
+            batch = list(range(lo, min(lo + _BATCH, stop)))
+            yield from zip(batch, self.items.take(batch))
+
     def shard(self, rank: int, world_size: int) -> Iterator[tuple[int, Any]]:
         """Positions ``rank, rank + world_size, ...``, read by batches."""
         positions = range(rank, len(self.items), world_size)
