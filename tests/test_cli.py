@@ -6,6 +6,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -73,6 +74,34 @@ def test_run_with_config_and_processes(tmp_path: Path, capsys: pytest.CaptureFix
     )
     assert main(["run", str(mod), "--outputs", "out", "--input", "x=5", "--config", "kind=triple", "--executor", "processes"]) == 0
     assert capsys.readouterr().out.split() == ["out", "15"]
+
+
+def test_run_executor_ray_at_an_address(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """``--executor ray:ADDRESS`` runs on a RayExecutor for that address, closed after the run
+    (a real Ray runs it in tests/test_ray_executor.py)."""
+    from flowdata.run import ray_executor
+
+    seen: list[object] = []
+
+    def fake_map(self: Any, fn: Any, tasks: Any, *, context: Any) -> Any:
+        seen.append(self.address)
+        return (fn(context, t) for t in tasks)
+
+    monkeypatch.setattr(ray_executor.RayExecutor, "map", fake_map)
+    monkeypatch.setattr(ray_executor.RayExecutor, "close", lambda self: seen.append("closed"))
+    assert main(["run", "flowdata_modules.example", "--outputs", "count", "--input", "n=50",
+                 "--executor", "ray:127.0.0.1:6379"]) == 0
+    assert capsys.readouterr().out.split() == ["count", "50"]
+    assert seen and set(seen[:-1]) == {"127.0.0.1:6379"} and seen[-1] == "closed"
+
+
+@pytest.mark.parametrize("name", ["dask", "ray:", "threads"])
+def test_run_refuses_an_unknown_executor(name: str, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as stop:
+        main(["run", "flowdata_modules.example", "--outputs", "count", "--executor", name])
+    assert stop.value.code == 2
+    assert (f"argument --executor: expected inline, processes, ray or ray:ADDRESS (such as ray:auto or "
+            f"ray:127.0.0.1:6379), got {name!r}") in capsys.readouterr().err
 
 
 def test_python_dash_m() -> None:

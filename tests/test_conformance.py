@@ -3,9 +3,9 @@
 :class:`ExecutorSuite` is the suite every executor must pass (as dask's
 ``GetFunctionTestMixin`` is for schedulers): subclass it and give ``make_executor``. It runs
 every dataflow through ``execute()``, with adaptive and with tiny chunks, reductions under
-``on_error="skip"``, and the loader's statistics pass on that executor. Inline, processes
-and two test doubles (a thread pool, and one that computes tasks out of order) run it here;
-any later executor adds one subclass.
+``on_error="skip"``, and the loader's statistics pass on that executor. Inline, processes,
+Ray (a local Ray started in the test) and two test doubles (a thread pool, and one that
+computes tasks out of order) run it here; any later executor adds one subclass.
 
 The loader suite runs every dataflow that declares ``LOADER_OUTPUTS`` through
 ``dataloader()`` at 0 and 2 DataLoader workers.
@@ -167,6 +167,25 @@ class TestProcesses(ExecutorSuite):
     @classmethod
     def make_executor(cls) -> object:
         return fd.ProcessExecutor(num_workers=2)
+
+
+class TestRay(ExecutorSuite):
+    """A real local Ray, started here as a user would (the executor uses it as it is)."""
+
+    @pytest.fixture(scope="class", autouse=True)
+    @classmethod
+    def local_ray(cls) -> Iterator[None]:
+        import ray
+
+        ray.init(num_cpus=2)
+        try:
+            yield
+        finally:
+            ray.shutdown()
+
+    @classmethod
+    def make_executor(cls) -> object:
+        return fd.RayExecutor()
 
 
 class TestThreads(ExecutorSuite):

@@ -25,6 +25,8 @@ def test_public_names_are_pinned() -> None:
         "Parallel",
         "Plan",
         "ProcessExecutor",
+        "RankError",
+        "RayExecutor",
         "Report",
         "SampleError",
         "Sequential",
@@ -42,10 +44,11 @@ def test_error_tree() -> None:
     assert issubclass(flowdata.InputError, flowdata.FlowdataError)
     assert issubclass(flowdata.SampleError, flowdata.NodeError)
     assert issubclass(flowdata.NodeError, flowdata.FlowdataError)
+    assert issubclass(flowdata.RankError, flowdata.FlowdataError)
 
 
 def test_import_does_not_load_heavy_dependencies() -> None:
-    code = "import sys, flowdata; print(sorted(m for m in ('torch', 'hamilton', 'numpy', 'pandas') if m in sys.modules))"
+    code = "import sys, flowdata; print(sorted(m for m in ('torch', 'hamilton', 'numpy', 'pandas', 'ray') if m in sys.modules))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
 

@@ -88,3 +88,90 @@ def test_ranks_share_the_pass_and_agree_bitwise(tmp_path: Path, world: int, work
     # The epoch: every sample exactly once across ranks.
     delivered = [i for r in results for i in r["delivered"]]
     assert sorted(delivered) == list(range(N))
+
+
+def _stats_of(loader: Any) -> dict[str, list[str]]:
+    s = loader.stats["stats"]
+    return {k: exact(getattr(s, k)) for k in ("mean", "std", "min", "max", "count")}
+
+
+def test_a_sample_failing_on_one_rank_is_left_out_on_every_rank(tmp_path: Path) -> None:
+    # The issue's reproducer: under on_error="skip", a transient error on one rank only used
+    # to give the ranks different statistics and different sample lists (samples delivered
+    # twice, others never). Sample 250 is rank 1's in pass 1 (blocks 3 and 4).
+    results = run_ranks(tmp_path, 2, on_error="skip", env={"FD_FAIL": "1:250"})
+    _ok(results)
+    os.environ["FD_FAIL"] = "*:250"
+    try:
+        want = _stats_of(alone(on_error="skip"))
+    finally:
+        del os.environ["FD_FAIL"]
+    assert [r["stats"] for r in results] == [want, want]
+    assert [r["skipped"] for r in results] == [[250], [250]]  # every rank knows it
+    delivered = [i for r in results for i in r["delivered"]]
+    assert sorted(delivered) == [i for i in range(N) if i != 250]
+
+
+@pytest.mark.parametrize("world,workers", [(3, 0), (2, 2)])
+def test_a_failure_on_one_rank_stops_every_rank(tmp_path: Path, world: int, workers: int) -> None:
+    # Rank 1 fails on its 9th sample; rank 0 (192 samples of 20 ms) stops long before its end.
+    results = run_ranks(tmp_path, world, workers, env={"FD_FAIL": "1:200", "FD_SLOW": "0.02"})
+    errors = [r.get("error") for r in results]
+    assert errors[1] is not None and errors[1]["type"] == "SampleError"
+    assert "node 'feature'" in errors[1]["message"] and "sample 200" in errors[1]["message"]
+    for r in (0, *range(2, world)):
+        err = errors[r]
+        assert err is not None and err["type"] == "RankError", results[r]
+        assert f"rank 1 of {world} failed in pass 1 of group 'item'" in err["message"]
+        assert "transient read error on sample 200" in err["message"]
+    assert len(results[0]["pass1"]) < 150
+
+
+@pytest.mark.parametrize("n,world,fail", [(70, 3, ""), (130, 2, "*:128,*:129")], ids=["empty-rank", "all-skipped"])
+def test_uneven_and_empty_shares_give_the_same_statistics(tmp_path: Path, n: int, world: int, fail: str) -> None:
+    # 70 samples are 2 blocks: rank 2 of 3 computes nothing. 130 samples over 2 ranks: rank 1
+    # has samples 128 and 129, and both fail.
+    outputs = ("normalized", "ident", "word_id")
+    results = run_ranks(tmp_path, world, n=n, outputs=outputs, on_error="skip", env={"FD_FAIL": fail})
+    _ok(results)
+    os.environ["FD_FAIL"] = fail
+    try:
+        single = alone(outputs, n=n, on_error="skip")
+    finally:
+        del os.environ["FD_FAIL"]
+    want = _stats_of(single)
+    vocab = [list(single.stats["words"].tokens), list(single.stats["words"].counts)]
+    for r in results:
+        assert r["stats"] == want and r["words"] == vocab
+    if world == 3:
+        assert results[2]["pass1"] == []
+    skipped = {128, 129} if fail else set()
+    assert sorted(i for r in results for i in r["delivered"]) == [i for i in range(n) if i not in skipped]
+
+
+def test_a_plain_collect_is_computed_whole_by_every_rank(tmp_path: Path) -> None:
+    results = run_ranks(tmp_path, 2, outputs=("scaled", "ident"))
+    _ok(results)
+    want = float(alone(("scaled", "ident")).stats["largest"]).hex()
+    assert [r["largest"] for r in results] == [want, want]
+    assert [r["pass1"] for r in results] == [list(range(N))] * 2
+    assert sorted(i for r in results for i in r["delivered"]) == list(range(N))
+
+
+def test_ranks_that_skip_different_samples_of_a_whole_pass_raise_alike(tmp_path: Path) -> None:
+    results = run_ranks(tmp_path, 2, outputs=("scaled", "ident"), on_error="skip", env={"FD_FAIL": "1:7"})
+    for r in results:
+        assert r["error"]["type"] == "FlowdataError"
+        assert "the 2 ranks skipped different samples in pass 1 of group 'item'" in r["error"]["message"]
+        assert "sample 7: skipped on rank(s) 1 only" in r["error"]["message"]
+
+
+def test_the_pass_cache_is_written_once_and_read_by_every_rank(tmp_path: Path) -> None:
+    cache = tmp_path / "cache"
+    first = run_ranks(tmp_path, 2, cache_dir=str(cache))
+    _ok(first)
+    assert len(list(cache.glob("pass-*"))) == 1
+    again = run_ranks(tmp_path, 2, cache_dir=str(cache))
+    _ok(again)
+    assert [r["pass1"] for r in again] == [[], []]  # every rank read it; nobody computed
+    assert [r["stats"] for r in again] == [r["stats"] for r in first]

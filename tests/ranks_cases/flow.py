@@ -73,3 +73,7 @@ def largest(feature: Collect[torch.Tensor]) -> float:
 
 def scaled(feature: torch.Tensor, largest: float) -> torch.Tensor:
     return feature / largest
+
+
+def word_id(word: str, words: Vocab) -> int:
+    return words.tokens.index(word) if word in words.tokens else -1
