@@ -193,8 +193,9 @@ def build_dataset(
         # Under torch.distributed, a source failing on one rank fails every rank (none waits).
         index, sharded = (ranks.together(f"opening source '{group.source}'", open_group)[0] if ranks is not None
                           else open_group())
-        bar = progress_bar(options.progress, len(index.items) if index is not None else None, 0, "statistics",
-                           unit="sample")
+        # Ranks sharing the pass each compute a part of it: no total to show.
+        total = len(index.items) if index is not None and ranks is None else None
+        bar = progress_bar(options.progress, total, 0, "statistics", unit="sample")
         if bar is not None:
             recorder.on_samples = bar.update
         try:

@@ -58,7 +58,7 @@ _log = logging.getLogger("flowdata")
 T = TypeVar("T")
 
 _STATUS_TAG, _CHAIN_TAG = 4601, 4602
-_STATUS_BYTES = 4096
+_STATUS_BYTES = 1024  # a status and the first kilobyte of an error's text
 _OK, _FAILED, _STOPPED = 0, 1, 2
 
 _GLOO: dict[int, Any] = {}  # a gloo group beside a default group of another backend (NCCL)
