@@ -175,3 +175,34 @@ def test_the_pass_cache_is_written_once_and_read_by_every_rank(tmp_path: Path) -
     _ok(again)
     assert [r["pass1"] for r in again] == [[], []]  # every rank read it; nobody computed
     assert [r["stats"] for r in again] == [r["stats"] for r in first]
+
+
+def test_block_states_past_the_budget_wait_on_disk_and_merge_bitwise_alike() -> None:
+    # A rank after the first keeps its blocks' reducers until the running total reaches it;
+    # past the budget they wait on disk as their state_dict, restored bit for bit.
+    import glob
+
+    import numpy as np
+    import torch
+
+    from flowdata.run.folding import KeptBlocks
+    from flowdata.stats import Welford
+
+    blocks = []
+    for b in range(6):
+        w = Welford(dim=0)
+        w.update(torch.from_numpy(np.random.default_rng(b).normal(b, 1 + b, size=(64, 5))))
+        blocks.append(w)
+    one = sum(a.nbytes for a in blocks[0].state_dict().values())
+    kept = KeptBlocks(budget=2 * one)
+    for w in blocks:
+        kept.append(w)
+    assert len(kept) == 6 and len(glob.glob(f"{kept._folder}/*.state")) == 4
+    in_memory, via_disk = Welford(dim=0), Welford(dim=0)
+    for w in blocks:
+        in_memory.merge(w)
+    for w in kept:
+        via_disk.merge(w)
+    for name, value in in_memory.state_dict().items():
+        assert np.array_equal(value, via_disk.state_dict()[name]) and value.tobytes() == via_disk.state_dict()[name].tobytes()
+    assert glob.glob(f"{kept._folder}/*.state") == []  # each removed once read

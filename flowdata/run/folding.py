@@ -21,14 +21,18 @@ about ``FOLD_BYTES`` of values per reduction.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+import os
+import weakref
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
 from flowdata.errors import FlowdataError
 from flowdata.reduce import BLOCK, fold_values
+from flowdata.run import scratch
 from flowdata.run.chunking import approx_bytes
 
-__all__ = ["FOLD_BYTES", "BlockError", "Folder", "Piece", "UnitCutter", "ValueFoldError", "fold_block", "pieces_of"]
+__all__ = ["FOLD_BYTES", "KEEP_BYTES", "BlockError", "Folder", "KeptBlocks", "Piece", "UnitCutter", "ValueFoldError",
+           "fold_block", "pieces_of"]
 
 FOLD_BYTES = 8 << 20
 """Bytes of values folded at once at most. Fixed: changing it changes large values' results."""
@@ -212,6 +216,57 @@ def pieces_of(spec: Any, span: tuple[int, int], indices: Sequence[int], values: 
     return pieces
 
 
+KEEP_BYTES = 256 << 20
+"""Bytes of block states :class:`KeptBlocks` holds in memory; the later ones wait on disk."""
+
+
+class KeptBlocks:
+    """Block reducers kept in order, for a merge later. Past ``budget`` bytes of state,
+    the later ones wait on disk as their ``state_dict`` (no pickle) in a scratch folder and
+    are restored, bit for bit, when read back.
+
+    Args:
+        budget: Bytes of states held in memory (default :data:`KEEP_BYTES`).
+    """
+
+    def __init__(self, budget: int | None = None):
+        self.budget = KEEP_BYTES if budget is None else budget
+        self._held: list[Any] = []
+        self._bytes = 0
+        self._folder: str | None = None
+        self._spilled: list[tuple[type[Any], str]] = []
+
+    def append(self, state: Any) -> None:
+        """Keeps the next block's reducer."""
+        size = sum(int(getattr(a, "nbytes", 0)) for a in state.state_dict().values())
+        if not self._spilled and self._bytes + size <= self.budget:
+            self._held.append(state)
+            self._bytes += size
+            return
+        from flowdata.run.ranks import encode_state
+
+        if self._folder is None:
+            self._folder = scratch.make("blocks")
+            weakref.finalize(self, scratch.remove, self._folder)
+        path = os.path.join(self._folder, f"{len(self._spilled)}.state")
+        with open(path, "wb") as f:
+            f.write(encode_state(state.state_dict()))
+        self._spilled.append((type(state), path))
+
+    def __len__(self) -> int:
+        return len(self._held) + len(self._spilled)
+
+    def __iter__(self) -> Iterator[Any]:
+        """The reducers in the order they came (those on disk restored one at a time)."""
+        from flowdata.run.ranks import decode_state
+
+        yield from self._held
+        for cls, path in self._spilled:
+            with open(path, "rb") as f:
+                yield cls.from_state_dict(decode_state(f.read()))
+            os.remove(path)
+
+
 class Folder:
     """Completes one reduction over a pass in the main process; chunks arrive in order.
 
@@ -223,7 +278,7 @@ class Folder:
 
     def __init__(self, spec: Any, keep_blocks: bool = False):
         self.spec = spec
-        self.blocks: list[Any] | None = [] if keep_blocks else None
+        self.blocks: KeptBlocks | None = KeptBlocks() if keep_blocks else None
         self.on_bad: OnBad | None = None  # set by the consumer that applies on_error
         self.total = spec.fresh()
         check = getattr(self.total, "check_samples", None)

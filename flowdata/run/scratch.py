@@ -1,7 +1,8 @@
 """Scratch folders: the temporary folders flowdata makes, never left behind.
 
 Every temporary folder flowdata makes -- an Arrow index of a source's items, an
-executor's context files, a timeout's watch records -- is made here, in the system's
+executor's context files, a timeout's watch records, the block states a rank keeps --
+is made here, in the system's
 temporary directory, named ``flowdata-<kind>-<pid>-<random>``, and removed:
 
 * when its owner is done with it (:func:`remove`, or the owner's finalizer);
@@ -27,14 +28,14 @@ from typing import Any
 __all__ = ["make", "remove", "remove_stale"]
 
 _PREFIX = "flowdata-"
-_KINDS = ("index", "context", "watch")
+_KINDS = ("index", "context", "watch", "blocks")
 _OWNED: dict[str, int] = {}  # folder -> the pid that made it
 _LOCK = threading.Lock()
 _handler_installed = False
 
 
 def make(kind: str) -> str:
-    """A new scratch folder of ``kind`` (one of ``"index"``, ``"context"``, ``"watch"``)."""
+    """A new scratch folder of ``kind`` (one of ``"index"``, ``"context"``, ``"watch"``, ``"blocks"``)."""
     assert kind in _KINDS, kind
     remove_stale()
     path = tempfile.mkdtemp(prefix=f"{_PREFIX}{kind}-{os.getpid()}-")
