@@ -7,6 +7,8 @@ Layers, each one module (data flows down; nothing below imports what is above)::
                 on_error policy, skip records and the report, in one place
     cache       the pass cache's keys: what a pass's reductions depend on
     consumers   plain Collect functions and reductions sharing one stream (Tee)
+    ranks       ranks of torch.distributed sharing a pass: the deal of blocks, the chain
+                of reducer states, status messages so that no rank waits
     executors   Executor.map(fn, tasks, *, context): inline, processes, any other
     worker      per-process node cache, PassContext (sent once per worker), run_task
     chunking    cutting items into chunks sized by time and bytes

@@ -20,6 +20,12 @@ that stops early stops the upstream work, unless a reduction still needs every s
 A source that takes ``Collect[...]`` parameters closes one group and opens the next: when
 its own group is opened, the closed group's pass is run as a stream feeding it.
 
+Under ``torch.distributed`` (the engine has :class:`~flowdata.run.ranks.Ranks`), a pass
+whose consumers are reductions over an index is shared: each rank computes its run of
+whole blocks, and the reducers are chained across the ranks in block order; any other
+pass is computed whole by every rank. Each step that may fail on one rank runs inside
+``ranks.together``, so that every rank raises and none waits (see :mod:`flowdata.run.ranks`).
+
 The training iterator builds on the same object: it asks for the whole values a pass
 reads (:meth:`Run.pass_whole`, statistics included) and opens sources through
 :meth:`Run.open_source`, so both see the same values, errors and skips.
