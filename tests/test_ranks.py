@@ -206,3 +206,12 @@ def test_block_states_past_the_budget_wait_on_disk_and_merge_bitwise_alike() -> 
     for name, value in in_memory.state_dict().items():
         assert np.array_equal(value, via_disk.state_dict()[name]) and value.tobytes() == via_disk.state_dict()[name].tobytes()
     assert glob.glob(f"{kept._folder}/*.state") == []  # each removed once read
+
+
+def test_a_streamed_source_is_computed_whole_by_every_rank(tmp_path: Path) -> None:
+    results = run_ranks(tmp_path, 2, 2, streaming=True)
+    _ok(results)
+    want = _stats_of(alone())
+    assert [r["stats"] for r in results] == [want, want]
+    assert [r["pass1"] for r in results] == [list(range(N))] * 2
+    assert sorted(i for r in results for i in r["delivered"]) == list(range(N))

@@ -46,7 +46,8 @@ def main(config_path: str, rank: int) -> None:
         dr = fd.Builder().with_modules(flow).build()
         loader = dr.dataloader(config["outputs"], inputs={"n": config["n"]}, batch_size=8,
                                num_workers=config["workers"], on_error=config.get("on_error", "raise"),
-                               cache_dir=config.get("cache_dir"), shuffle=True, seed=3)
+                               cache_dir=config.get("cache_dir"), shuffle=True, seed=3,
+                               streaming=config.get("streaming", False))
         result["pass1"] = sorted(int(line) for p in glob.glob(f"{log}-*.log") for line in open(p))
         for p in glob.glob(f"{log}-*.log"):
             os.remove(p)
