@@ -294,7 +294,7 @@ def _pid_threads(_context: object, _task: int) -> tuple[int, int]:
 
 def _touch_later(folder: str, task: int) -> int:
     if task:
-        time.sleep(1.0)
+        time.sleep(0.5)
         Path(folder, str(task)).touch()
     return task
 
@@ -320,12 +320,16 @@ def test_map_contract(executor: fd.RayExecutor, tmp_path: Path) -> None:
 
     assert {threads for _, threads in executor.map(_pid_threads, range(6), context=None)} == {1}
 
-    with fd.RayExecutor(max_in_flight=4) as small:
-        results = small.map(_touch_later, range(10), context=str(tmp_path))
-        assert next(results) == 0
+    with fd.RayExecutor(max_in_flight=8) as small:
+        results = small.map(_touch_later, range(20), context=str(tmp_path))
+        assert next(results) == 0  # 8 more tasks are pending now, each 0.5 s of work on 2 CPUs
+        start = time.monotonic()
         results.close()  # type: ignore[attr-defined]
-    time.sleep(1.5)
-    assert list(tmp_path.iterdir()) == []  # the running tasks were interrupted, the queued never ran
+        assert time.monotonic() - start < 0.4  # not waited for
+    time.sleep(2.5)  # time enough for all 8 to finish if they had not been cancelled
+    # Queued tasks never run; a running one is interrupted (Ray's cancel is best-effort for
+    # a task that was starting just then, so one per CPU may still finish).
+    assert len(list(tmp_path.iterdir())) <= 2
 
 
 SCRIPT = """
