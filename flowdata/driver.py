@@ -32,6 +32,7 @@ if TYPE_CHECKING:
     import torch
 
     from flowdata.loader import DataLoader, LaneDataset, PassDataset, StreamDataset
+    from flowdata.run.samplecache import SampleCache
 
 __all__ = ["Builder", "Driver", "InputLikeNodeWarning", "UnreadInputWarning", "compile_modules", "inputs_like_nodes",
            "load_module"]
@@ -290,6 +291,8 @@ class Driver:
         *,
         chunk_size: int | None = None,
         cache_dir: str | os.PathLike[str] | None = None,
+        cache: Iterable[str] | None = None,
+        cache_max_bytes: int | None = None,
         on_error: str = "raise",
         max_skipped: int | float | None = None,
         report: Report | None = None,
@@ -306,6 +309,9 @@ class Driver:
             chunk_size: Samples per chunk sent to the executor (default: adaptive).
             cache_dir: Keep reduction results here; a later call whose pass has the same
                 fingerprint (items, code, inputs, config) loads them and skips the pass.
+            cache: Per-sample nodes whose values are kept in ``cache_dir`` and read back
+                instead of computed again (the sample cache; see docs/caching.md).
+            cache_max_bytes: Bytes of sample-cache entries one process writes at most.
             on_error: ``"raise"`` (default) stops at the first sample whose node raises;
                 ``"skip"`` leaves that sample out of every pass alike, logs it and records
                 it in ``report``.
@@ -343,8 +349,23 @@ class Driver:
         return scheduler.execute(
             self.graph, self.analysis, self.program, plan, values, executor=executor, chunk_size=chunk_size,
             cache_dir=os.fspath(cache_dir) if cache_dir is not None else None, on_error=mode, report=report,
-            timeout=seconds,
+            timeout=seconds, samples=self._sample_cache(cache, cache_dir, cache_max_bytes),
         )
+
+    def _sample_cache(self, cache: Iterable[str] | None, cache_dir: str | os.PathLike[str] | None,
+                      max_bytes: int | None) -> SampleCache | None:
+        """``cache=`` checked against the graph (None when no node is named)."""
+        from flowdata.run.samplecache import SampleCache
+
+        names = [cache] if isinstance(cache, str) else list(cache or ())
+        if not names:
+            return None
+        if cache_dir is None:
+            raise InputError(f"cache={names!r} needs cache_dir=: the folder the values are kept in")
+        if max_bytes is not None and (not isinstance(max_bytes, int) or isinstance(max_bytes, bool) or max_bytes < 0):
+            raise InputError(f"cache_max_bytes={max_bytes!r}: expected a number of bytes (an int >= 0), or None")
+        return SampleCache.of(names, os.fspath(cache_dir), max_bytes, self.graph.nodes, self.analysis.per_sample,
+                              lambda n: self.graph.ancestors([n]), lambda n: self.analysis.group_of[n])
 
     @_public
     def dataset(
@@ -355,12 +376,14 @@ class Driver:
         seed: int = 0,
         on_error: str = "raise",
         cache_dir: str | os.PathLike[str] | None = None,
+        cache: Iterable[str] | None = None,
     ) -> PassDataset | StreamDataset | LaneDataset:
         """The torch ``Dataset`` under ``dataloader()``: ``dataset[i]`` is sample ``i``'s
         outputs (statistics of earlier passes computed first, inline)."""
         from flowdata.loader.build import LoaderOptions, build_dataset
 
-        options = LoaderOptions(seed=seed, on_error=on_error, cache_dir=cache_dir)
+        options = LoaderOptions(seed=seed, on_error=on_error, cache_dir=cache_dir,
+                                samples=self._sample_cache(cache, cache_dir, None))
         return build_dataset(self, tuple(outputs), inputs, options)[0]
 
     @_public
@@ -381,6 +404,8 @@ class Driver:
         on_error: str = "raise",
         max_skipped: int | float | None = None,
         cache_dir: str | os.PathLike[str] | None = None,
+        cache: Iterable[str] | None = None,
+        cache_max_bytes: int | None = None,
         rank: int | None = None,
         world_size: int | None = None,
         multiprocessing_context: Any = None,
@@ -416,7 +441,7 @@ class Driver:
             streaming=streaming, shuffle_buffer=shuffle_buffer, on_error=on_error, max_skipped=max_skipped,
             cache_dir=cache_dir, collate_fn=collate_fn, progress=progress, num_workers=num_workers,
             multiprocessing_context=multiprocessing_context, executor=executor,
-            timeout=check_timeout(timeout),
+            timeout=check_timeout(timeout), samples=self._sample_cache(cache, cache_dir, cache_max_bytes),
         )
         return build_loader(self, tuple(outputs), inputs, options, prefetch_factor=prefetch_factor,
                             pin_memory=pin_memory, persistent_workers=persistent_workers,
@@ -479,6 +504,8 @@ class Driver:
         item: Any = _MISSING,
         index: int = 0,
         inputs: Mapping[str, Any] | None = None,
+        cache_dir: str | os.PathLike[str] | None = None,
+        cache: Iterable[str] | None = None,
     ) -> dict[str, Any]:
         """Runs one sample through its group: the debugging path for a subgraph.
 
@@ -487,6 +514,8 @@ class Driver:
             item: The source item to run; if left out, the source is run up to ``index``.
             index: The sample index (used for ``sample_index``/``sample_rng`` too).
             inputs: Values for the graph's inputs.
+            cache_dir: The sample cache's folder (with ``cache``).
+            cache: Per-sample nodes read from (and written to) the sample cache.
 
         Whole values the group reads (Collect results of earlier passes included) are
         computed first.
@@ -521,8 +550,9 @@ class Driver:
             )
         from flowdata.run import scheduler
 
+        samples = self._sample_cache(cache, cache_dir, None)
         return scheduler.run_sample(self.graph, self.analysis, self.program, plan, values,
-                                    self.analysis.group_of[outputs[0]], index, item, item is not _MISSING)
+                                    self.analysis.group_of[outputs[0]], index, item, item is not _MISSING, samples)
 
 
 def _ranks(rank: int | None, world_size: int | None) -> tuple[int, int]:

@@ -14,6 +14,8 @@ from flowdata.errors import TooManySkipped
 
 __all__ = ["Report", "Skip", "TooManySkipped"]
 
+_CACHE_FIELDS = ("hits", "misses", "bytes_read", "bytes_written", "not_cached")
+
 
 @dataclass(frozen=True)
 class Skip:
@@ -49,6 +51,8 @@ class Report:
         node_seconds: Time spent in each per-sample node (summed over workers).
         node_calls: Samples each per-sample node ran for.
         max_skipped: The limit: a count (int) or a fraction of the samples seen (float).
+        cache: Per cached node (``cache=``): ``hits``, ``misses``, ``bytes_read``,
+            ``bytes_written`` and ``not_cached`` (values past ``cache_max_bytes``).
     """
 
     seen: dict[str, int] = field(default_factory=dict)
@@ -56,6 +60,15 @@ class Report:
     node_seconds: dict[str, float] = field(default_factory=dict)
     node_calls: dict[str, int] = field(default_factory=dict)
     max_skipped: int | float | None = None
+    cache: dict[str, dict[str, int]] = field(default_factory=dict)
+
+    def add_cache(self, counts: dict[str, list[int]]) -> None:
+        """Adds one chunk's sample-cache counts (per node: hits, misses, bytes read, bytes
+        written, not cached)."""
+        for name, values in counts.items():
+            mine = self.cache.setdefault(name, dict.fromkeys(_CACHE_FIELDS, 0))
+            for k, v in zip(_CACHE_FIELDS, values, strict=True):
+                mine[k] += v
 
     def add(self, group: str, delivered: int, node_seconds: dict[str, float], skips: list[Skip]) -> None:
         """Adds one chunk's figures; raises :class:`TooManySkipped` past the limit."""
@@ -97,7 +110,9 @@ class Report:
         seen = sum(self.seen.values())
         slow = sorted(self.node_seconds.items(), key=lambda kv: -kv[1])[:3]
         timing = ", ".join(f"{name} {sec:.3f}s" for name, sec in slow)
-        return f"{seen} samples, {len(self.skipped)} skipped" + (f"; slowest: {timing}" if timing else "")
+        cached = ", ".join(f"{name} {c['hits']} hits / {c['misses']} misses" for name, c in self.cache.items())
+        return (f"{seen} samples, {len(self.skipped)} skipped" + (f"; slowest: {timing}" if timing else "")
+                + (f"; cache: {cached}" if cached else ""))
 
     def to_dict(self) -> dict[str, Any]:
         """Plain data (for logs and the picture overlay)."""
@@ -106,4 +121,5 @@ class Report:
             "skipped": [dataclasses.asdict(s) for s in self.skipped],
             "node_seconds": dict(self.node_seconds),
             "node_calls": dict(self.node_calls),
+            "cache": {k: dict(v) for k, v in self.cache.items()},
         }

@@ -39,6 +39,7 @@ from flowdata.run.passes import Engine, Recorder, on_error_mode
 from flowdata.run.scheduler import Run
 from flowdata.run.shards import ShardedSource
 from flowdata.run.ranks import ranks_of
+from flowdata.run.samplecache import SampleCache
 from flowdata.run.source import IndexSource, indexed
 from flowdata.loader.datasets import LaneDataset, PassDataset, StreamDataset
 from flowdata.loader.dataloader import DataLoader, progress_bar
@@ -73,6 +74,7 @@ class LoaderOptions:
     multiprocessing_context: Any = None
     executor: object = None
     timeout: float | None = None
+    samples: SampleCache | None = None
 
 
 def _statistics_executor(options: LoaderOptions) -> tuple[Executor, bool]:
@@ -169,7 +171,8 @@ def build_dataset(
     try:
         ranks = ranks_of(options.rank, options.world_size)
         engine = Engine(driver.program, driver.graph.nodes, executor, recorder,
-                        rank=options.rank, world_size=options.world_size, timeout=options.timeout, ranks=ranks)
+                        rank=options.rank, world_size=options.world_size, timeout=options.timeout, ranks=ranks,
+                        samples=options.samples)
         cache = ReductionCache(PassCache(cache_dir), driver.graph.nodes, driver.program) if cache_dir else None
         run = Run(driver.graph, analysis, plan, values, engine, cache)
 
@@ -210,6 +213,8 @@ def build_dataset(
             if close is not None:
                 close()
     spec = PassSpec(group.source, pass_.number, pass_.computes, outputs, seed=options.seed, timeout=options.timeout)
+    if options.samples is not None:  # the epochs read and write the sample cache too
+        spec = options.samples.attach(spec, driver.graph.nodes, whole, driver.program.config)
     skip = on_error == "skip"
     skipped = recorder.skipped(group.source)
     dataset: PassDataset | StreamDataset | LaneDataset

@@ -276,6 +276,8 @@ class DataLoader(TorchDataLoader):  # type: ignore[type-arg]
         if batch.lane is not None:
             self._lane_served[batch.lane] = self._lane_served.get(batch.lane, 0) + 1
         spec = self.flow_dataset.spec
+        if batch.cache:
+            self.recorder.report.add_cache(batch.cache)
         try:
             self.recorder.record(spec.group, spec.number, len(batch.indices), batch.node_seconds, batch.skipped,
                                  batch.failure, batch.worker)

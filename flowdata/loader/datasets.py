@@ -112,7 +112,7 @@ class PassWork:
                 )
                 error.__cause__ = err.cause
                 return Batch(None, list(result.indices), result.skipped, None, result.node_seconds, result.worker,
-                             error=error)
+                             error=error, cache=result.cache)
         return Batch.of(result, data)
 
     def _rows(self, result: ChunkResult) -> list[dict[str, Any]]:

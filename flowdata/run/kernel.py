@@ -29,6 +29,7 @@ from flowdata.reduce import BLOCK, ReduceSpec
 from flowdata.run.chunking import approx_bytes
 from flowdata.run.deadline import SampleTimeout, guarded_calls
 from flowdata.run.folding import BlockError, Piece, ValueFoldError, pieces_of
+from flowdata.run.samplecache import CachedNode, ChunkCache
 from flowdata.sample import make_rng
 
 __all__ = ["ChunkResult", "Failure", "FoldSpec", "PassSpec", "failure_of", "non_finite", "portable", "run_chunk",
@@ -72,6 +73,7 @@ class PassSpec:
         folds: Reductions folded where the samples are computed.
         timeout: Seconds one node may spend on one sample (``timeout=``), or None.
         watch: The watch folder worker processes record their calls in (with ``timeout``).
+        cache: The cached nodes it computes (``cache=``, :mod:`~flowdata.run.samplecache`).
     """
 
     group: str
@@ -83,6 +85,7 @@ class PassSpec:
     folds: tuple[FoldSpec, ...] = ()
     timeout: float | None = None
     watch: str | None = None
+    cache: tuple[CachedNode, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -125,6 +128,7 @@ class ChunkResult:
     node_seconds: dict[str, float] = field(default_factory=dict)
     sample_bytes: int = 0
     items: Sequence[Any] = ()
+    cache: dict[str, list[int]] = field(default_factory=dict)
 
 
 def _call_kw(fn: Callable[..., Any], names: tuple[str, ...], values: tuple[Any, ...]) -> Any:
@@ -209,25 +213,34 @@ def _compute(
     n = len(items)
     cols: dict[str, Sequence[Any]] = {spec.group: items, "sample_index": indices}
     timing: dict[str, float] = {}
+    # With cache=: each node computes only the samples something still needs it for.
+    cache = ChunkCache(spec, nodes, indices, items) if spec.cache else None
+    subset = cache is not None and cache.any_hit
     for position, name in enumerate(spec.computes):
         node = nodes[name]
-        fn = node.fn if bounded is None else bounded(node.fn, position, indices)
+        at = cache.compute[name] if cache is not None and subset else None
+        m = n if at is None else len(at)
+        sub = indices if at is None else [indices[p] for p in at]
+        fn = node.fn if bounded is None else bounded(node.fn, position, sub)
         args: list[Any] = []
         for p in node.params:
-            if p.name in cols:
-                args.append(cols[p.name])
-            elif p.name in whole:
-                args.append(repeat(whole[p.name], n))
-            elif p.name == "sample_rng":
+            if p.name == "sample_rng" and p.name not in cols and p.name not in whole:
+                # One generator per sample, shared by every node of the chunk that reads it.
                 cols["sample_rng"] = [make_rng(spec.seed, spec.epoch, i) for i in indices]
-                args.append(cols["sample_rng"])
+            if p.name in cols:
+                col = cols[p.name]
+                args.append(col if at is None else [col[q] for q in at])
+            elif p.name in whole:
+                args.append(repeat(whole[p.name], m))
             else:
-                args.append(repeat(p.default, n))
+                args.append(repeat(p.default, m))
         out: list[Any] = []
         t = time.perf_counter()
         try:
-            if node.vectorized:
-                _vectorized(node, fn, args, n, out, whole_call=bounded is None)
+            if m == 0:
+                pass
+            elif node.vectorized:
+                _vectorized(node, fn, args, m, out, whole_call=bounded is None)
             elif node.positional_call:
                 out.extend(map(fn, *args))
             else:
@@ -235,14 +248,31 @@ def _compute(
                 out.extend(map(_call_kw, repeat(fn), repeat(names), zip(*args)))
         except (Exception, SystemExit, SampleTimeout) as exc:  # sys.exit() in a node is that node's failure
             # list.extend keeps what it appended before the error: len(out) is the failing sample.
-            i = len(out)
+            i = len(out) if at is None else at[len(out)]
             return ChunkResult(indices, {}, _failure(name, node.location, indices[i], items[i], exc), 0.0, worker)
         timing[name] = time.perf_counter() - t
+        if cache is not None:
+            bad = cache.write(name, range(n) if at is None else at, out)
+            if bad is not None:
+                i, err = bad
+                return ChunkResult(indices, {}, _failure(name, node.location, indices[i], items[i], err), 0.0, worker)
+        if at is not None:
+            full: list[Any] = [None] * n
+            for q, v in zip(at, out, strict=True):
+                full[q] = v
+            for q, v in cache.hits.get(name, {}).items():  # type: ignore[union-attr]
+                full[q] = v
+            out = full
         cols[name] = out
-    size = sum(approx_bytes(col[0]) for name, col in cols.items() if name != "sample_index" and len(col))
+    size = sum(approx_bytes(col[0]) for name, col in cols.items() if name != "sample_index" and len(col)
+               and col[0] is not None)
     wanted = set(spec.want) | {f.column for f in spec.folds}
     columns = {w: list(cols[w]) if w == spec.group else cols[w] for w in wanted}
-    return ChunkResult(indices, columns, None, 0.0, worker, node_seconds=timing, sample_bytes=size)  # type: ignore[arg-type]
+    result = ChunkResult(indices, columns, None, 0.0, worker, node_seconds=timing, sample_bytes=size)  # type: ignore[arg-type]
+    if cache is not None:
+        cache.flush()
+        result.cache = cache.counts
+    return result
 
 
 def _vectorized(node: Node, fn: Callable[..., Any], args: list[Any], n: int, out: list[Any],

@@ -36,6 +36,7 @@ from flowdata.run.deadline import Stuck, Watch
 from flowdata.run.executors import Executor, InlineExecutor, WorkerDied
 from flowdata.run.kernel import ChunkResult, Failure, PassSpec, failure_of
 from flowdata.run.ranks import Ranks
+from flowdata.run.samplecache import SampleCache
 from flowdata.run.sequential import SequentialStream
 from flowdata.run.shards import SHARD_STRIDE, ShardedSource
 from flowdata.run.source import IndexSource, Source
@@ -108,6 +109,8 @@ class Recorder:
 
     def check(self, group: str, pass_: int, result: ChunkResult) -> ChunkResult:
         """Records a chunk; raises its failure, if it has one."""
+        if result.cache:
+            self.report.add_cache(result.cache)
         self.record(group, pass_, len(result.indices), result.node_seconds, result.skipped, result.failure,
                     result.worker)
         return result
@@ -166,6 +169,7 @@ class Engine:
         timeout: Seconds one node may spend on one sample (see :mod:`~flowdata.run.deadline`).
         ranks: The ranks of ``torch.distributed`` that share passes (see
             :mod:`~flowdata.run.ranks`), or None: this process computes every pass whole.
+        samples: The nodes whose per-sample values are cached (``cache=``), or None.
     """
 
     def __init__(
@@ -179,8 +183,10 @@ class Engine:
         world_size: int = 1,
         timeout: float | None = None,
         ranks: Ranks | None = None,
+        samples: SampleCache | None = None,
     ):
         self.ranks = ranks
+        self.samples = samples
         self.timeout = timeout
         self.program = program
         self.nodes = nodes
@@ -203,6 +209,8 @@ class Engine:
         """
         if self.timeout is not None:
             spec = dataclasses.replace(spec, timeout=self.timeout)
+        if self.samples is not None:
+            spec = self.samples.attach(spec, self.nodes, whole, self.program.config)
         if part is not None:
             assert isinstance(source, IndexSource)
             return self._parallel(spec, whole, source.part(*part), keyed=True)
@@ -331,6 +339,8 @@ class Engine:
 
     def one(self, spec: PassSpec, whole: Mapping[str, Any], index: int, item: Any) -> ChunkResult:
         """One sample through a pass, in this process (``run_sample()``)."""
+        if self.samples is not None:
+            spec = self.samples.attach(spec, self.nodes, whole, self.program.config)
         context = PassContext(self.program, spec, whole, False, nodes=self.nodes)
         result = run_task(context, Task((index, index + 1), [index], [item]))
         return self.recorder.check(spec.group, spec.number, result)

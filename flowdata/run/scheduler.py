@@ -54,6 +54,7 @@ from flowdata.run.folding import Folder
 from flowdata.run.kernel import ChunkResult, FoldSpec, PassSpec, failure_of
 from flowdata.run.passes import Engine, OnError, Recorder
 from flowdata.run.ranks import Ranks, skips_payload
+from flowdata.run.samplecache import SampleCache
 from flowdata.run.source import IndexSource, IterableSource, Source, as_source, call_source
 
 __all__ = ["Run", "execute", "run_sample"]
@@ -474,12 +475,13 @@ def execute(
     on_error: OnError = "raise",
     report: Report | None = None,
     timeout: float | None = None,
+    samples: SampleCache | None = None,
 ) -> dict[str, Any]:
     """Computes a plan's outputs (``Driver.execute()``); closes an executor it made itself."""
     ex, owned = resolve_executor(executor)
     try:
         engine = Engine(program, graph.nodes, ex, Recorder(report if report is not None else Report(), on_error),
-                        chunk_size=chunk_size, timeout=timeout)
+                        chunk_size=chunk_size, timeout=timeout, samples=samples)
         cache = ReductionCache(PassCache(cache_dir), graph.nodes, program) if cache_dir is not None else None
         run = Run(graph, analysis, plan, values, engine, cache)
         return {o: run.value(o) for o in plan.outputs}
@@ -499,9 +501,10 @@ def run_sample(
     index: int,
     item: Any,
     has_item: bool,
+    samples: SampleCache | None = None,
 ) -> dict[str, Any]:
     """One sample through its group's output pass, in this process (``Driver.run_sample()``)."""
     g = plan.group(group)
     pass_ = next(p for p in g.passes if p.outputs)
-    engine = Engine(program, graph.nodes, InlineExecutor(), Recorder(Report()))
+    engine = Engine(program, graph.nodes, InlineExecutor(), Recorder(Report()), samples=samples)
     return Run(graph, analysis, plan, values, engine).sample(g, pass_, index, item, has_item)

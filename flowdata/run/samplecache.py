@@ -1,0 +1,258 @@
+"""The decoded-sample cache: which nodes are cached, and the key of every sample's entry.
+
+``cache=[node, ...]`` (with ``cache_dir``) keeps the per-sample values of the named nodes
+on disk (:mod:`flowdata.run.samplestore`) and reads them back instead of computing them
+again: on a hit, the node is not called, nor anything upstream of it that nothing else
+needs (the decode is skipped); nodes downstream are computed from the cached value.
+
+The key of one sample's entry is the digest of
+
+- the node's **base**: the code of the node and of every node upstream of it in its group,
+  with everything that code reaches (:func:`~flowdata.fingerprint.code_key`: helpers,
+  constants, user modules; installed packages by version), the whole values they read
+  (inputs, config, once nodes, statistics) by value together with the size and
+  modification time of every file those name, the graph's config, and the versions of
+  flowdata, numpy and torch. It names the node's folder, so a change of any of these reads
+  another folder: nothing stale is ever served;
+- the sample's **item**, by value, with the size and modification time of every file it
+  names; and its index when a node upstream reads ``sample_index``.
+
+The ``cache_dir`` path itself, ``num_workers``, ``batch_size``, the order of the epoch and
+the line numbers of unrelated code are not in the key, so they never make a run miss.
+
+A node that reaches ``sample_rng`` (itself or upstream) cannot be cached: its values change
+with the epoch by design, and a cache would freeze the augmentation. Cache the
+deterministic prefix (the decoded image) and augment downstream of it.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from flowdata.errors import InputError
+from flowdata.node import Node
+
+__all__ = ["CachedNode", "ChunkCache", "SampleCache", "forget", "key_of", "store_for"]
+
+_STORES: dict[str, Any] = {}  # folder -> this process's SampleStore
+
+
+@dataclass(frozen=True)
+class CachedNode:
+    """One cached node of a pass, as the kernel needs it (plain data: it pickles).
+
+    Attributes:
+        name: The node.
+        folder: Its entries' folder (named after its base digest).
+        base: The digest of everything its values depend on except the sample.
+        reads_index: Whether a node upstream reads ``sample_index`` (then part of the key).
+        max_bytes: Bytes one process writes at most (None: no limit).
+    """
+
+    name: str
+    folder: str
+    base: str
+    reads_index: bool
+    max_bytes: int | None = None
+
+
+@dataclass(frozen=True)
+class SampleCache:
+    """What ``cache=`` asked for: the nodes, where, and how much disk at most.
+
+    Attributes:
+        names: The cached nodes.
+        directory: The ``cache_dir``.
+        max_bytes: Bytes of entries one process writes at most (None: no limit).
+        upstream: Per cached node, the per-sample nodes of its group it depends on.
+    """
+
+    names: tuple[str, ...]
+    directory: str
+    max_bytes: int | None = None
+    upstream: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, names: Sequence[str], directory: str, max_bytes: int | None, nodes: Mapping[str, Node],
+           per_sample: Callable[[str], bool], ancestors: Callable[[str], Iterable[str]],
+           group_of: Callable[[str], str]) -> SampleCache:
+        """Checks ``cache=`` against the graph (see :meth:`check`) and makes it.
+
+        Args:
+            names: The nodes to cache.
+            directory: The ``cache_dir``.
+            max_bytes: ``cache_max_bytes``.
+            nodes: The graph's nodes.
+            per_sample: Whether a name is a per-sample node (or a source).
+            ancestors: A node and everything it depends on.
+            group_of: The source of a per-sample node's group.
+        """
+        made = cls(tuple(names), directory, max_bytes, {
+            n: tuple(sorted(a for a in ancestors(n) if a != n and a in nodes and per_sample(a)))
+            for n in names if n in nodes and per_sample(n)})
+        made.check(nodes, per_sample, group_of)
+        return made
+
+    def check(self, nodes: Mapping[str, Node], per_sample: Callable[[str], bool],
+              group_of: Callable[[str], str]) -> None:
+        """Refuses names that are not per-sample nodes of a ``Parallel`` group, and nodes that
+        reach ``sample_rng``."""
+        for name in self.names:
+            node = nodes.get(name)
+            if node is None or not per_sample(name) or node.source is not None:
+                what = ("no node" if node is None else "a source (its items are read, not computed)"
+                        if node.source is not None else "not a per-sample node")
+                raise InputError(
+                    f"cache=[{name!r}]: {what}; only per-sample values are cached\n"
+                    "  fix: name per-sample nodes of the group (the decoded image, the features)"
+                )
+            source = nodes[group_of(name)]
+            if source.source == "sequential":
+                raise InputError(
+                    f"cache=[{name!r}]: node '{name}' ({node.location}) is in the Sequential group of "
+                    f"'{source.name}', whose samples are computed one at a time in order: they are not cached\n"
+                    "  fix: cache nodes of Parallel groups, or leave it out of cache="
+                )
+            random = [n for n in (name, *self.upstream[name]) if any(p.name == "sample_rng" for p in nodes[n].params)]
+            if random:
+                via = "" if random[0] == name else f" through '{random[0]}' ({nodes[random[0]].location})"
+                raise InputError(
+                    f"cache=[{name!r}]: node '{name}' ({node.location}) depends on sample_rng{via}, so its values "
+                    "change every epoch: a cache would freeze the augmentation\n"
+                    "  fix: cache the deterministic node before the random one (the decoded image) and "
+                    "augment downstream of it"
+                )
+
+    def attach(self, spec: Any, nodes: Mapping[str, Node], whole: Mapping[str, Any], config: Mapping[str, Any]) -> Any:
+        """``spec`` (a :class:`~flowdata.run.kernel.PassSpec`) with the cached nodes it computes."""
+        import dataclasses
+
+        cached = tuple(self.cached_node(n, nodes, whole, config, self.upstream[n])
+                       for n in self.names if n in spec.computes)
+        return dataclasses.replace(spec, cache=cached) if cached else spec
+
+    def cached_node(self, name: str, nodes: Mapping[str, Node], whole: Mapping[str, Any], config: Mapping[str, Any],
+                    upstream: Sequence[str]) -> CachedNode:
+        """The :class:`CachedNode` of ``name`` (its base digest)."""
+        from flowdata.cache import digest
+        from flowdata.fingerprint import code_key, file_stats, package_version
+
+        chain = sorted({name, *upstream})
+        reads = sorted({p.name for n in chain for p in nodes[n].params if p.name in whole})
+        values = [(r, whole[r]) for r in reads]
+        settings = sorted(config.items(), key=repr)
+        base = digest([
+            "flowdata-sample", 1, [package_version(m) for m in ("flowdata", "numpy", "torch")],
+            [(n, code_key(nodes[n].origin or nodes[n].fn)) for n in chain], values, settings,
+            file_stats([[v for _, v in values], [v for _, v in settings]]),
+        ])
+        reads_index = any(p.name == "sample_index" for n in chain for p in nodes[n].params)
+        folder = os.path.join(self.directory, "samples", f"{name}-{base[:24]}")
+        return CachedNode(name, folder, base, reads_index, self.max_bytes)
+
+
+def key_of(node: CachedNode, item: Any, index: int) -> str:
+    """The key of one sample's entry (see the module docstring)."""
+    from flowdata.cache import digest
+    from flowdata.fingerprint import file_stats
+
+    return digest([node.base, item, file_stats(item), index if node.reads_index else None])
+
+
+def forget() -> None:
+    """Closes this process's stores: the next lookup reads the folders afresh (as a new
+    process would)."""
+    for store in _STORES.values():
+        store.close()
+    _STORES.clear()
+
+
+def store_for(node: CachedNode) -> Any:
+    """This process's :class:`~flowdata.run.samplestore.SampleStore` of the node's folder."""
+    store = _STORES.get(node.folder)
+    if store is None:
+        from flowdata.run.samplestore import SampleStore
+
+        store = _STORES[node.folder] = SampleStore(node.folder, node.max_bytes)
+    return store
+
+
+class ChunkCache:
+    """The cache's part in computing one chunk: what hit, what each node computes, what to write.
+
+    Args:
+        spec: The pass (its ``cache`` names the cached nodes).
+        nodes: The nodes.
+        indices: The chunk's sample indices.
+        items: Their items.
+    """
+
+    def __init__(self, spec: Any, nodes: Mapping[str, Node], indices: Sequence[int], items: Sequence[Any]):
+        from flowdata.run.samplestore import MISS
+
+        self.cached = {c.name: c for c in spec.cache}
+        self.keys: dict[str, list[str]] = {}
+        self.hits: dict[str, dict[int, Any]] = {}
+        self.counts: dict[str, list[int]] = {}  # hits, misses, bytes read, bytes written, not cached
+        for c in spec.cache:
+            store = store_for(c)
+            store.refresh()
+            keys = self.keys[c.name] = [key_of(c, item, i) for i, item in zip(indices, items, strict=True)]
+            found: dict[int, Any] = {}
+            read = 0
+            for p, k in enumerate(keys):
+                v = store.get(k)
+                if v is not MISS:
+                    found[p] = v
+                    read += store.record_bytes(k)
+            self.hits[c.name] = found
+            self.counts[c.name] = [len(found), len(keys) - len(found), read, 0, 0]
+        # What each node computes: the samples something needs it for, less its cache hits.
+        n = len(indices)
+        wanted = set(spec.want) | {f.column for f in spec.folds}
+        need: dict[str, set[int]] = {}
+        self.compute: dict[str, list[int]] = {}
+        for name in reversed(spec.computes):
+            demand = set(range(n)) if name in wanted else need.get(name, set())
+            at = sorted(demand - set(self.hits.get(name, ())))
+            self.compute[name] = at
+            for param in nodes[name].params:
+                need.setdefault(param.name, set()).update(at)
+
+    @property
+    def any_hit(self) -> bool:
+        """Whether any cached value was found (else the chunk computes as if uncached)."""
+        return any(self.hits.values())
+
+    def write(self, name: str, at: Sequence[int], values: Sequence[Any]) -> tuple[int, BaseException] | None:
+        """Queues the values a cached node computed (at positions ``at``); returns the position
+        and error of a value that cannot be stored."""
+        from flowdata.run.samplestore import encode_value
+
+        c = self.cached.get(name)
+        if c is None:
+            return None
+        store = store_for(c)
+        counts = self.counts[name]
+        keys = self.keys[name]
+        for p, v in zip(at, values, strict=True):
+            try:
+                body = encode_value(v)
+            except TypeError as exc:
+                return p, TypeError(
+                    f"cache=[{name!r}] cannot store what '{name}' returned: {exc} (tensors, numpy arrays, numbers, "
+                    "strings, bytes, None, and dicts, lists and tuples of those are stored)"
+                )
+            if store.put(keys[p], body):
+                counts[3] += len(body)
+            else:
+                counts[4] += 1
+        return None
+
+    def flush(self) -> None:
+        """Writes the queued values (one segment per cached node)."""
+        for c in self.cached.values():
+            store_for(c).flush()
