@@ -321,3 +321,12 @@ def test_processes_writing_at_once_leave_a_cache_every_later_run_reads(data: Pat
     again = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=240, check=True)
     assert again.stdout.split() == [repr(plain), str(N)]  # every sample read from what the three wrote
     assert calls(data) == []
+
+
+def test_the_dataset_reads_the_cache_too(data: Path, tmp_path: Path) -> None:
+    dr = build()
+    list(dr.dataloader(["scaled"], inputs={"folder": str(data)}, cache=["decoded"], cache_dir=tmp_path))
+    calls(data)
+    ds = dr.dataset(["scaled"], inputs={"folder": str(data)}, cache=["decoded"], cache_dir=tmp_path)
+    assert torch.equal(ds[3]["scaled"], images.decoded(str(data / "img_003.npy")) * images.SCALE)
+    assert len(calls(data)) == 1  # the call just above; the dataset read sample 3 from the cache

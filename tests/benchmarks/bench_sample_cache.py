@@ -7,7 +7,7 @@ Run from the repository root::
 
 Data (written once into a temporary folder, never timed): ``--pngs`` 256x256 RGB PNGs
 (gradients and noise, drawn from a seeded generator) and ``--wavs`` one-second 16 kHz
-tones (16-bit WAV). Workloads, both from ``flowdata_modules``:
+tones (16-bit WAV), in two class folders each. Workloads, both from ``flowdata_modules``:
 
 - *image*: ``flowdata_modules.image`` with ``image_size=64`` and ImageNet statistics (one
   pass): each sample is decoded with PIL, resized and centre-cropped (``resized``), then
@@ -51,7 +51,9 @@ def write_pngs(folder: Path, n: int) -> None:
         rng = np.random.default_rng([3, i])
         planes = [np.add.outer(ramp * rng.random(), ramp * rng.random()) / 2 for _ in range(3)]
         arr = np.stack(planes, -1) + rng.normal(0, 10, (side, side, 3))
-        Image.fromarray(np.clip(arr, 0, 255).astype(np.uint8), "RGB").save(folder / f"img_{i:05d}.png")
+        target = folder / f"class_{i % 2}"  # the image module reads labels from class folders
+        target.mkdir(exist_ok=True)
+        Image.fromarray(np.clip(arr, 0, 255).astype(np.uint8), "RGB").save(target / f"img_{i:05d}.png")
 
 
 def write_wavs(folder: Path, n: int) -> None:
@@ -61,7 +63,9 @@ def write_wavs(folder: Path, n: int) -> None:
     t = np.arange(16000) / 16000
     for i in range(n):
         freq = 110 * 2 ** ((i % 36) / 12)
-        sf.write(folder / f"tone_{i:05d}.wav", (0.3 * np.sin(2 * math.pi * freq * t)).astype(np.float32), 16000,
+        target = folder / f"class_{i % 2}"
+        target.mkdir(exist_ok=True)
+        sf.write(target / f"tone_{i:05d}.wav", (0.3 * np.sin(2 * math.pi * freq * t)).astype(np.float32), 16000,
                  subtype="PCM_16")
 
 
