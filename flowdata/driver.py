@@ -311,7 +311,8 @@ class Driver:
                 fingerprint (items, code, inputs, config) loads them and skips the pass.
             cache: Per-sample nodes whose values are kept in ``cache_dir`` and read back
                 instead of computed again (the sample cache; see docs/caching.md).
-            cache_max_bytes: Bytes of sample-cache entries one process writes at most.
+            cache_max_bytes: Bytes the sample cache under ``cache_dir`` may take on disk;
+                values past it are not cached (counted in ``report.cache``).
             on_error: ``"raise"`` (default) stops at the first sample whose node raises;
                 ``"skip"`` leaves that sample out of every pass alike, logs it and records
                 it in ``report``.

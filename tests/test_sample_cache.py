@@ -143,6 +143,14 @@ def test_cache_max_bytes_leaves_the_rest_uncached_and_counts_it(data: Path, tmp_
     dr.execute(["stats"], inputs={"folder": str(data), "gain": 2.0}, cache=["decoded"], cache_dir=tmp_path, report=report)
     assert report.cache["decoded"]["hits"] == written
     assert len(calls(data)) == c["not_cached"]
+    # The bound is the cache's disk, every node's folder together: full, nothing more is written.
+    report = fd.Report()
+    used = sum(p.stat().st_size for p in tmp_path.glob("samples/*/*.seg"))
+    assert used > 2000  # the run above wrote the rest without a bound
+    dr.execute(["stats"], inputs={"folder": str(data), "gain": 4.0}, cache=["scaled"], cache_dir=tmp_path,
+               cache_max_bytes=2000, report=report, executor=fd.ProcessExecutor(2), chunk_size=5)
+    assert report.cache["scaled"]["not_cached"] == N and report.cache["scaled"]["bytes_written"] == 0
+    assert sum(p.stat().st_size for p in tmp_path.glob("samples/*/*.seg")) == used
 
 
 # --- never stale: each change in turn, hit or miss ----------------------------------------------

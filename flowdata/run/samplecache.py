@@ -49,7 +49,7 @@ class CachedNode:
         folder: Its entries' folder (named after its base digest).
         base: The digest of everything its values depend on except the sample.
         reads_index: Whether a node upstream reads ``sample_index`` (then part of the key).
-        max_bytes: Bytes one process writes at most (None: no limit).
+        max_bytes: Bytes the sample cache of the ``cache_dir`` may take at most (None: no limit).
     """
 
     name: str
@@ -66,7 +66,7 @@ class SampleCache:
     Attributes:
         names: The cached nodes.
         directory: The ``cache_dir``.
-        max_bytes: Bytes of entries one process writes at most (None: no limit).
+        max_bytes: Bytes the sample cache of the ``cache_dir`` may take at most (None: no limit).
         upstream: Per cached node, the per-sample nodes of its group it depends on.
     """
 

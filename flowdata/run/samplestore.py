@@ -31,7 +31,7 @@ import zlib
 from collections.abc import Iterable
 from typing import Any
 
-__all__ = ["MISS", "SampleStore", "decode_value", "encode_value"]
+__all__ = ["MISS", "SampleStore", "decode_value", "disk_use", "encode_value"]
 
 _log = logging.getLogger("flowdata")
 
@@ -131,17 +131,51 @@ def _torch() -> Any:
     return sys.modules.get("torch")
 
 
+_SIZES: dict[str, int] = {}  # segment path -> size (segments never change once in place)
+
+
+def disk_use(root: str) -> int:
+    """Bytes of every segment under ``root`` (the ``samples`` folder of a ``cache_dir``:
+    every cached node's folder, those of older code included)."""
+    total = 0
+    try:
+        folders = os.listdir(root)
+    except OSError:
+        return 0
+    for sub in folders:
+        try:
+            names = os.listdir(os.path.join(root, sub))
+        except OSError:
+            continue
+        for name in names:
+            if not name.endswith(".seg"):
+                continue
+            path = os.path.join(root, sub, name)
+            size = _SIZES.get(path)
+            if size is None:
+                try:
+                    size = _SIZES[path] = os.stat(path).st_size
+                except OSError:
+                    continue
+            total += size
+    return total
+
+
 class SampleStore:
     """The segments of one cached node's folder: lookups, and this process's writes.
 
     Args:
         folder: The node's folder (made when first written).
-        max_bytes: Bytes of records this process writes at most (None: no limit).
+        max_bytes: Bytes the segments under the folder's parent (the ``cache_dir``'s
+            ``samples`` folder) may take at most; a value past it is not written (None: no
+            limit). Checked against the disk when a chunk starts, so writers running at
+            once may pass it by one segment each.
     """
 
     def __init__(self, folder: str, max_bytes: int | None = None):
         self.folder = folder
         self.max_bytes = max_bytes
+        self._used = 0
         self._index: dict[str, tuple[str, mmap.mmap, int, int, int]] = {}
         self._seen: set[str] = set()
         self._maps: list[mmap.mmap] = []
@@ -153,10 +187,12 @@ class SampleStore:
 
     def refresh(self) -> None:
         """Takes in the segments other writers renamed into place since the last look."""
+        if self.max_bytes is not None:
+            self._used = disk_use(os.path.dirname(self.folder))
         try:
             names = sorted(n for n in os.listdir(self.folder) if n.endswith(".seg"))
         except OSError:
-            return
+            return  # nothing written yet
         for name in names:
             if name not in self._seen:
                 self._seen.add(name)
@@ -224,7 +260,7 @@ class SampleStore:
     def put(self, key: str, body: bytes) -> bool:
         """Queues one record (an encoded value) for the next :meth:`flush`; False when it
         would pass ``max_bytes`` (not cached)."""
-        if self.max_bytes is not None and self._written + len(body) > self.max_bytes:
+        if self.max_bytes is not None and self._used + self._written + len(body) > self.max_bytes:
             return False
         self._pending.append((key, body))
         self._written += len(body)
@@ -235,6 +271,8 @@ class SampleStore:
         if not self._pending:
             return
         pending, self._pending = self._pending, []
+        self._used += self._written
+        self._written = 0
         os.makedirs(self.folder, exist_ok=True)
         name = f"{os.getpid()}-{uuid.uuid4().hex}.seg"
         tmp = os.path.join(self.folder, f".{name}.tmp")
