@@ -243,14 +243,14 @@ class KeptBlocks:
             self._held.append(state)
             self._bytes += size
             return
-        from flowdata.run.ranks import encode_state
+        from flowdata.run.samplestore import encode_value
 
         if self._folder is None:
             self._folder = scratch.make("blocks")
             weakref.finalize(self, scratch.remove, self._folder)
         path = os.path.join(self._folder, f"{len(self._spilled)}.state")
         with open(path, "wb") as f:
-            f.write(encode_state(state.state_dict()))
+            f.write(encode_value(state.state_dict()))
         self._spilled.append((type(state), path))
 
     def __len__(self) -> int:
@@ -258,12 +258,12 @@ class KeptBlocks:
 
     def __iter__(self) -> Iterator[Any]:
         """The reducers in the order they came (those on disk restored one at a time)."""
-        from flowdata.run.ranks import decode_state
+        from flowdata.run.samplestore import decode_value
 
         yield from self._held
         for cls, path in self._spilled:
             with open(path, "rb") as f:
-                yield cls.from_state_dict(decode_state(f.read()))
+                yield cls.from_state_dict(decode_value(f.read()))
             os.remove(path)
 
 

@@ -50,8 +50,9 @@ from typing import Any, TypeVar
 
 from flowdata.errors import FlowdataError, RankError, describe
 from flowdata.reduce import BLOCK
+from flowdata.run.samplestore import decode_value, encode_value
 
-__all__ = ["PeerStopped", "Ranks", "decode_state", "encode_state", "ranks_of", "skips_payload"]
+__all__ = ["PeerStopped", "Ranks", "ranks_of", "skips_payload"]
 
 _log = logging.getLogger("flowdata")
 
@@ -150,14 +151,14 @@ class Ranks:
         status = _OK
         if self.rank == 0:
             try:
-                message = encode_state(first.state_dict())
+                message = encode_value(first.state_dict())
             except Exception as exc:
                 error, status, message = exc, _FAILED, self._why(exc)
         else:
             status, message = self._recv(self.rank - 1)
             if status == _OK:
                 try:
-                    message = encode_state(then(restore(decode_state(message))).state_dict())
+                    message = encode_value(then(restore(decode_value(message))).state_dict())
                 except Exception as exc:
                     error, status, message = exc, _FAILED, self._why(exc)
         if self.rank < self.world_size - 1:
@@ -168,7 +169,7 @@ class Ranks:
                 raise error
             failed = json.loads(message.decode())
             raise RankError(failed["rank"], self.world_size, where, failed["detail"])
-        return restore(decode_state(message))
+        return restore(decode_value(message))
 
     def barrier(self) -> None:
         """Waits until every rank is here."""
@@ -313,39 +314,6 @@ def _as_tensor(data: bytes) -> Any:
     import torch
 
     return torch.frombuffer(bytearray(data), dtype=torch.uint8)
-
-
-def encode_state(state: Mapping[str, Any]) -> bytes:
-    """A reducer's ``state_dict`` as bytes: a JSON header (names, dtypes, shapes), then the
-    arrays' raw bytes. No pickle: an object array is refused."""
-    import numpy as np
-
-    # (np.ascontiguousarray would make a 0-d array 1-d.)
-    arrays = {name: np.require(np.asarray(value), requirements="C") for name, value in state.items()}
-    for name, a in arrays.items():
-        if a.dtype.hasobject:
-            raise FlowdataError(
-                f"the reducer state's array {name!r} holds Python objects, which cannot travel between ranks "
-                "without a pickle\n  fix: keep state_dict() to numeric, boolean, bytes or str arrays"
-            )
-    header = json.dumps([[name, a.dtype.str, list(a.shape)] for name, a in arrays.items()]).encode()
-    return b"".join([len(header).to_bytes(8, "little"), header, *(a.tobytes() for a in arrays.values())])
-
-
-def decode_state(data: bytes) -> dict[str, Any]:
-    """The arrays :func:`encode_state` wrote."""
-    import numpy as np
-
-    size = int.from_bytes(data[:8], "little")
-    at = 8 + size
-    out: dict[str, Any] = {}
-    for name, dtype, shape in json.loads(data[8:at].decode()):
-        dt = np.dtype(dtype)
-        n = dt.itemsize * int(np.prod(shape, dtype=np.int64))
-        out[name] = np.frombuffer(data, dtype=dt, count=n // dt.itemsize if dt.itemsize else 0,
-                                  offset=at).reshape(shape).copy()
-        at += n
-    return out
 
 
 def skips_payload(skips: Sequence[Any]) -> bytes:

@@ -75,7 +75,7 @@ def child(args: argparse.Namespace) -> None:
 
     import flowdata as fd
     import ranks_flow
-    from flowdata.run.ranks import encode_state
+    from flowdata.run.samplestore import encode_value
     from flowdata.stats import Welford
 
     world = args.world
@@ -94,7 +94,7 @@ def child(args: argparse.Namespace) -> None:
     seconds = time.perf_counter() - t0
     w = Welford(dim=(0, 2, 3))
     w.update(ranks_flow.pixels(str(min(Path(args.folder).glob("*.png"))))[None])
-    state = len(encode_state(w.state_dict()))
+    state = len(encode_value(w.state_dict()))
     out = {"rank": args.rank, "seconds": seconds, "seen": sum(loader.report.seen.values()), "sent": sent,
            "state_bytes": state, "mean": [float(x).hex() for x in loader.stats["pixel_stats"].mean]}
     print(TAG + json.dumps(out), flush=True)
