@@ -26,6 +26,7 @@ from flowdata.cli import main
 from flowdata.report import Report
 from flowdata.run.executors import WorkerDied
 from tests.dataflows import two_pass
+from tests.test_execute import FAILING  # the same failing module as the other executors
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -84,20 +85,6 @@ def test_reductions_are_bitwise_equal_to_inline(build: Callable[..., fd.Driver],
     assert _bits(got["stats"]) == _bits(inline["stats"])
     assert got["peak"] == inline["peak"]
     assert int(got["stats"].count[0]) == 3000
-
-
-FAILING = """
-from flowdata import Parallel, Collect
-def item(n: int) -> Parallel[str]:
-    for i in range(n):
-        yield f"file-{i}.wav"
-def decoded(item: str) -> int:
-    if item == "file-13.wav":
-        raise ValueError("corrupt header")
-    return len(item)
-def total(decoded: Collect[int]) -> int:
-    return sum(decoded)
-"""
 
 
 def test_a_failing_sample_is_the_same_sample_error(make_module: Callable[[str], Any],

@@ -153,14 +153,7 @@ class ProcessExecutor:
         def submit(task: T) -> Future[R]:
             # Pickled here, not in the pool's feeder thread: a task that cannot be pickled
             # is an error of this call, and cannot leave the pool waiting at shutdown.
-            try:
-                data = pickle.dumps(task, protocol=pickle.HIGHEST_PROTOCOL)
-            except Exception as exc:
-                raise FlowdataError(
-                    f"a task cannot be sent to worker processes: {describe(exc)}\n"
-                    "  fix: yield picklable items from the source (paths, numbers, dicts of them), "
-                    "or use executor='inline'"
-                ) from exc
+            data = pickled_task(task, "worker processes")
             with sigint_deferred():  # a submit may fork a worker
                 return pool.submit(_with_context, fn, path, data)
 
@@ -239,6 +232,19 @@ class ProcessExecutor:
 
 
 _END: Any = object()
+
+
+def pickled_task(task: Any, where: str) -> bytes:
+    """``task`` pickled to be sent to ``where`` (``"worker processes"``, ``"Ray workers"``), or
+    the error of the call that says what to yield instead."""
+    try:
+        return pickle.dumps(task, protocol=pickle.HIGHEST_PROTOCOL)
+    except Exception as exc:
+        raise FlowdataError(
+            f"a task cannot be sent to {where}: {describe(exc)}\n"
+            "  fix: yield picklable items from the source (paths, numbers, dicts of them), "
+            "or use executor='inline'"
+        ) from exc
 
 
 def _wait(future: Future[R]) -> R:

@@ -45,7 +45,7 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from flowdata.errors import FlowdataError, describe
-from flowdata.run.executors import WorkerDied
+from flowdata.run.executors import WorkerDied, pickled_task
 
 if TYPE_CHECKING:
     from types import ModuleType
@@ -157,15 +157,7 @@ class RayExecutor:
         it = iter(tasks)
 
         def submit(task: T) -> ObjectRef[Any]:
-            try:
-                data = pickle.dumps(task, protocol=pickle.HIGHEST_PROTOCOL)
-            except Exception as exc:
-                raise FlowdataError(
-                    f"a task cannot be sent to Ray workers: {describe(exc)}\n"
-                    "  fix: yield picklable items from the source (paths, numbers, dicts of them), "
-                    "or use executor='inline'"
-                ) from exc
-            ref: ObjectRef[Any] = remote.remote([shared], data)
+            ref: ObjectRef[Any] = remote.remote([shared], pickled_task(task, "Ray workers"))
             return ref
 
         try:
