@@ -127,7 +127,7 @@ class Ranks:
         longest = max(1, max(int(s) for s in sizes))
         mine = torch.zeros(longest, dtype=torch.uint8)
         if payload:
-            mine[: len(payload)] = torch.frombuffer(bytearray(payload), dtype=torch.uint8)
+            mine[: len(payload)] = _as_tensor(payload)
         every = [torch.zeros(longest, dtype=torch.uint8) for _ in range(self.world_size)]
         dist.all_gather(every, mine, group=self.group)
         return [bytes(t[: int(s)].numpy().tobytes()) for t, s in zip(every, sizes, strict=True)]
@@ -259,7 +259,6 @@ class _Watch:
 
     def end(self, error: BaseException | None, flag: bool) -> list[bool]:
         """Tells every peer how this rank's part ended, waits for theirs, raises if any failed."""
-        import torch
         import torch.distributed as dist
 
         stopped = _peer_stop(error)
@@ -269,8 +268,7 @@ class _Watch:
             mine = _status(_STOPPED, "")
         else:
             mine = _status(_FAILED, describe(error))
-        sends = [dist.isend(torch.frombuffer(bytearray(mine), dtype=torch.uint8), dst=peer, group=self.ranks.group,
-                            tag=_STATUS_TAG)
+        sends = [dist.isend(_as_tensor(mine), dst=peer, group=self.ranks.group, tag=_STATUS_TAG)
                  for peer in range(self.ranks.world_size) if peer != self.ranks.rank]
         for t in self._threads:
             while t.is_alive():

@@ -28,7 +28,6 @@ import os
 import struct
 import uuid
 import zlib
-from collections.abc import Iterable
 from typing import Any
 
 __all__ = ["MISS", "SampleStore", "decode_value", "disk_use", "encode_value"]
@@ -308,7 +307,3 @@ class SampleStore:
             except BufferError:  # a value still viewing it; the mapping goes with it
                 pass
         self._maps.clear()
-
-    def keys(self) -> Iterable[str]:
-        """The keys held (read so far)."""
-        return self._index.keys()
