@@ -25,7 +25,7 @@ from flowdata.errors import (
 from flowdata.plan import Plan
 from flowdata.reduce import reduce
 from flowdata.report import Report, Skip, TooManySkipped
-from flowdata.types import Collect, Parallel, Sequential
+from flowdata.types import Batch, Collect, Parallel, Sequential
 from flowdata.vectorize import vectorized
 
 if TYPE_CHECKING:
@@ -34,6 +34,7 @@ if TYPE_CHECKING:
     from flowdata.run.ray_executor import RayExecutor
 
 __all__ = [
+    "Batch",
     "Builder",
     "Collect",
     "DataLoader",

@@ -283,8 +283,11 @@ def _to_node(hn: Any, fn: Callable[..., Any]) -> tuple[Node, list[GraphProblem]]
     if kind == "collect":
         problems.append(_misplaced(hn.name, f"{file}:{line}", "Collect[...] as a return type"))
         kind, item_type = None, hn.type
+    batch = kind == "batch"
+    if batch:
+        kind = None
     vectorized = is_vectorized(origin)
-    if vectorized and kind is None and not _batched_array(item_type):
+    if vectorized and kind is None and not batch and not _batched_array(item_type):
         element = collection_element(item_type)
         if element is None:
             problems.append(_vectorized_return(hn.name, f"{file}:{line}", item_type))
@@ -305,6 +308,7 @@ def _to_node(hn: Any, fn: Callable[..., Any]) -> tuple[Node, list[GraphProblem]]
                 collect=pkind == "collect",
                 default=defaults.get(pname, NO_DEFAULT),
                 as_list=pkind == "collect" and _is_hamilton_collect(ptype),
+                batch=pkind == "batch",
             )
         )
     callable_ = hn.callable
@@ -324,6 +328,7 @@ def _to_node(hn: Any, fn: Callable[..., Any]) -> tuple[Node, list[GraphProblem]]
         reducer=reduce_spec(origin),
         origin=origin,
         vectorized=vectorized,
+        batch=batch,
     )
     return node, problems
 
@@ -368,7 +373,8 @@ def _misplaced(node: str, location: str, what: str) -> GraphProblem:
         message=f"node '{node}' uses {what}",
         node=node,
         locations=(location,),
-        expected="Parallel/Sequential only as return types, Collect only on parameters",
+        expected="Parallel/Sequential only as return types, Collect only on parameters "
+                 "(Batch on parameters and returns)",
         actual=what,
         fix="return Parallel[T] or Sequential[T] from a source; take Collect[T] as a parameter",
     )

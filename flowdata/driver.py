@@ -297,8 +297,10 @@ class Driver:
         max_skipped: int | float | None = None,
         report: Report | None = None,
         timeout: float | None = None,
+        batch_size: int = 32,
     ) -> dict[str, Any]:
-        """Computes whole values: once nodes, Collect nodes and inputs.
+        """Computes whole values: once nodes, Collect nodes and inputs -- and batch nodes,
+        each as the list of its values on the group's batches.
 
         Args:
             outputs: Names to compute.
@@ -324,6 +326,10 @@ class Driver:
                 limit). Past it the sample fails with a ``SampleError`` "timed out after N
                 s" (skipped under ``on_error="skip"``); a worker process whose node does not
                 respond is ended and replaced.
+            batch_size: Samples per batch for batch nodes asked for: the group's samples in
+                order, cut into batches of this size (the last may be smaller), collated by
+                torch's ``default_collate``; a batch node's result is the list of its value on
+                each batch.
 
         Raises:
             InputError: unknown output, missing input, or a per-sample output.
@@ -338,6 +344,8 @@ class Driver:
         seconds = check_timeout(timeout)
         if chunk_size is not None and (not isinstance(chunk_size, int) or isinstance(chunk_size, bool) or chunk_size < 1):
             raise InputError(f"chunk_size={chunk_size!r}: expected a positive int, or None to adapt")
+        if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 1:
+            raise InputError(f"batch_size={batch_size!r}: expected a positive int (samples per batch of batch nodes)")
         outputs = tuple(outputs)
         values = self._values(inputs, overrides)
         replaced = self._replaced(inputs, overrides)  # an input named like a node replaces it too
@@ -350,7 +358,7 @@ class Driver:
         return scheduler.execute(
             self.graph, self.analysis, self.program, plan, values, executor=executor, chunk_size=chunk_size,
             cache_dir=os.fspath(cache_dir) if cache_dir is not None else None, on_error=mode, report=report,
-            timeout=seconds, samples=self._sample_cache(cache, cache_dir, cache_max_bytes),
+            timeout=seconds, samples=self._sample_cache(cache, cache_dir, cache_max_bytes), batch_size=batch_size,
         )
 
     def _sample_cache(self, cache: Iterable[str] | None, cache_dir: str | os.PathLike[str] | None,
@@ -385,7 +393,7 @@ class Driver:
 
         options = LoaderOptions(seed=seed, on_error=on_error, cache_dir=cache_dir,
                                 samples=self._sample_cache(cache, cache_dir, None))
-        return build_dataset(self, tuple(outputs), inputs, options)[0]
+        return build_dataset(self, tuple(outputs), inputs, options, batches=False)[0]
 
     @_public
     def dataloader(
@@ -511,7 +519,8 @@ class Driver:
         """Runs one sample through its group: the debugging path for a subgraph.
 
         Args:
-            outputs: Per-sample nodes of one group.
+            outputs: Per-sample nodes of one group, and batch nodes of it (computed on a
+                batch of this one sample: their values have a first dimension of 1).
             item: The source item to run; if left out, the source is run up to ``index``.
             index: The sample index (used for ``sample_index``/``sample_rng`` too).
             inputs: Values for the graph's inputs.
@@ -523,7 +532,8 @@ class Driver:
         """
         outputs = tuple(outputs)
         values = self._values(inputs, None)
-        not_per_sample = [o for o in outputs if o in self.graph.nodes and not self.analysis.per_sample(o)]
+        not_per_sample = [o for o in outputs if o in self.graph.nodes and not self.analysis.per_sample(o)
+                          and not self.analysis.batch(o)]
         plan = None
         if item is not _MISSING and outputs and not not_per_sample and outputs[0] in self.graph.nodes:
             # With the item given, the source is not called for this sample: unless an

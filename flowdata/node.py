@@ -47,6 +47,8 @@ class Role(enum.Enum):
     """Receives every sample's value of its group; closes the group."""
     BUILTIN = "builtin"
     """``sample_index`` / ``sample_rng``: provided per sample by flowdata."""
+    BATCH = "batch"
+    """Reads ``Batch[T]`` values: runs once per collated batch of its group, after collation."""
 
 
 @dataclass(frozen=True)
@@ -61,6 +63,7 @@ class Param:
         positional: Whether it can be passed by position (used for fast calls).
         as_list: For a Collect parameter: always hand it a ``list`` (Hamilton's own
             ``Collect``), even where the function could read a stream.
+        batch: Whether the parameter is ``Batch[...]`` (it receives a collated batch).
     """
 
     name: str
@@ -69,6 +72,7 @@ class Param:
     default: Any = NO_DEFAULT
     positional: bool = True
     as_list: bool = False
+    batch: bool = False
 
     @property
     def optional(self) -> bool:
@@ -99,6 +103,7 @@ class Node:
         vectorized: Whether the function is ``@vectorized``: called once per chunk, its
             per-sample parameters as lists, returning one value per sample (``type`` is
             then the element type of its declared return).
+        batch: Whether the return is declared ``Batch[...]`` (``type`` is then its ``T``).
     """
 
     name: str
@@ -116,6 +121,7 @@ class Node:
     reducer: ReduceSpec | None = None
     origin: Callable[..., Any] | None = field(default=None, compare=False, repr=False)
     vectorized: bool = False
+    batch: bool = False
 
     @property
     def location(self) -> str:
@@ -125,11 +131,9 @@ class Node:
     @property
     def signature(self) -> str:
         """A one-line ``name(a: T, ...) -> R`` for messages."""
-        ps = ", ".join(
-            f"{p.name}: {'Collect[' + type_name(p.type) + ']' if p.collect else type_name(p.type)}"
-            for p in self.params
-        )
-        ret = type_name(self.type)
+        ps = ", ".join(f"{p.name}: {_marked(p.type, 'Collect' if p.collect else 'Batch' if p.batch else '')}"
+                       for p in self.params)
+        ret = _marked(self.type, "Batch" if self.batch else "")
         if self.source:
             ret = f"{self.source.capitalize()}[{ret}]"
         return f"{self.name}({ps}) -> {ret}"
@@ -145,3 +149,13 @@ class Node:
     def collect_params(self) -> tuple[Param, ...]:
         """The ``Collect[...]`` parameters."""
         return tuple(p for p in self.params if p.collect)
+
+    @property
+    def batch_params(self) -> tuple[Param, ...]:
+        """The ``Batch[...]`` parameters."""
+        return tuple(p for p in self.params if p.batch)
+
+
+def _marked(tp: Any, marker: str) -> str:
+    """``Collect[int]``, ``Batch[torch.Tensor]`` or the plain type name."""
+    return f"{marker}[{type_name(tp)}]" if marker else type_name(tp)

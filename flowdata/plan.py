@@ -24,7 +24,7 @@ from types import MappingProxyType
 
 from flowdata.errors import GraphProblem, InputError
 from flowdata.graph import BUILTINS, Graph
-from flowdata.node import Node, Role
+from flowdata.node import Node, Param, Role
 from flowdata.types import is_iterator, type_name
 
 __all__ = ["Analysis", "GroupPlan", "PassPlan", "Plan", "analyze", "make_plan", "pass_levels"]
@@ -50,6 +50,10 @@ class Analysis:
     def per_sample(self, name: str) -> bool:
         """True for per-sample nodes and sources (whose value, to a reader, is one item)."""
         return self.roles.get(name) in (Role.PER_SAMPLE, Role.SOURCE)
+
+    def batch(self, name: str) -> bool:
+        """True for batch nodes (run once per collated batch of their group)."""
+        return self.roles.get(name) is Role.BATCH
 
 
 def _generator_hint(producer: Node | None) -> str:
@@ -101,9 +105,19 @@ def analyze(graph: Graph) -> Analysis:
         node = graph.nodes[name]
         per_sample: dict[str, str] = {}  # group -> a param that brought it
         collected: dict[str, str] = {}
+        batched: dict[str, str] = {}  # group -> a Batch[...] param, or a param reading a batch node
         uses_builtin = [p.name for p in node.params if p.name in BUILTINS and p.name not in graph.nodes]
         for p in node.params:
             g = group_read(p.name)
+            if p.batch or roles.get(p.name) is Role.BATCH:
+                problem = _batch_param(graph, node, p, roles, group_of)
+                if problem is not None:
+                    problems.append(problem)
+                elif p.batch:
+                    batched.setdefault(g or group_of[p.name], p.name)
+                else:  # a plain parameter reading a batch node: FD211/FD212 below
+                    batched.setdefault(group_of[p.name], "")
+                continue
             if p.collect:
                 if g is None:
                     producer = graph.nodes.get(p.name)
@@ -142,6 +156,22 @@ def analyze(graph: Graph) -> Analysis:
                 expected="per-sample values of one group",
                 actual=f"groups {', '.join(repr(g) for g in per_sample)}",
             ))
+        if node.batch_params or node.batch or batched:
+            problems.extend(_batch_node(graph, node, roles, per_sample, collected, batched, uses_builtin))
+            joined = list(dict.fromkeys([*batched, *per_sample]))
+            if len(joined) > 1 and len(per_sample) <= 1:
+                problems.append(_problem(
+                    "FD204", "join-groups", node,
+                    f"'{name}' joins batches of two groups: {', '.join(repr(g) for g in joined)}; their "
+                    "samples do not line up",
+                    "compute each group's batches in its own loader, or yield pairs from a single source",
+                    *(graph.nodes[g] for g in joined),
+                    expected="batches of one group", actual=f"groups {', '.join(repr(g) for g in joined)}",
+                ))
+            if joined and node.source is None:
+                roles[name] = Role.BATCH
+                group_of[name] = joined[0]
+                continue
         if node.source is not None and uses_builtin:
             problems.append(_problem(
                 "FD208", "source-reads-builtin", node,
@@ -210,6 +240,116 @@ def analyze(graph: Graph) -> Analysis:
     )
 
 
+def _batch_param(graph: Graph, node: Node, p: Param, roles: Mapping[str, Role],
+                 group_of: Mapping[str, str]) -> GraphProblem | None:
+    """FD210 for a ``Batch[...]`` parameter reading a whole value; FD213 for a Collect
+    parameter reading a batch node (its values are batches, not samples)."""
+    role = roles.get(p.name)
+    producer = graph.nodes.get(p.name)
+    if p.collect:
+        assert producer is not None
+        return _problem(
+            "FD213", "batch-into-collect", node,
+            f"'{node.name}' collects '{p.name}', a batch node: it runs once per batch, after collation, in "
+            "the process that iterates the loader, so no pass can feed its values to a Collect",
+            f"collect the per-sample value '{p.name}' reads, or compute '{node.name}' from a per-sample node",
+            producer, expected="Collect of a per-sample node", actual=f"batch node '{p.name}'",
+        )
+    if not p.batch or role in (Role.PER_SAMPLE, Role.SOURCE, Role.BATCH):
+        return None
+    what = "an input" if producer is None else f"a {role.value if role else 'whole'} node"
+    return _problem(
+        "FD210", "batch-outside-group", node,
+        f"'{node.name}' takes '{p.name}' as Batch[{type_name(p.type)}], but '{p.name}' is {what}: it has one "
+        "value, not one per sample, so there is no batch of it",
+        f"take '{p.name}: {type_name(p.type)}' without Batch (a batch node may read whole values as they are), "
+        "or read a per-sample node of the group",
+        *([producer] if producer else []),
+        expected=f"'{p.name}' computed once per sample (or by a batch node)", actual=f"'{p.name}' is {what}",
+    )
+
+
+def _batch_node(graph: Graph, node: Node, roles: Mapping[str, Role], per_sample: Mapping[str, str],
+                collected: Mapping[str, str], batched: Mapping[str, str], builtins: list[str]) -> list[GraphProblem]:
+    """The rules of a node that reads ``Batch[...]`` values or a batch node, or returns
+    ``Batch[...]`` (FD211, FD212, FD213, FD214, FD215)."""
+    name = node.name
+    out: list[GraphProblem] = []
+    plain_batch = [p for p in node.params if not p.batch and not p.collect and roles.get(p.name) is Role.BATCH]
+    if node.source is not None:
+        via = next((v for v in batched.values() if v), "") or (plain_batch[0].name if plain_batch else "")
+        out.append(_problem(
+            "FD212", "batch-feeds-per-sample", node,
+            f"source '{name}' reads '{via}' as a batch: batch values exist only after collation, in the process "
+            "that iterates the loader, long after the source has yielded its items",
+            "read whole values in the source, and batches in a batch node",
+        ))
+        return out
+    is_batch = bool(node.batch_params) or node.batch
+    if plain_batch and per_sample and not is_batch:
+        p = plain_batch[0]
+        out.append(_problem(
+            "FD212", "batch-feeds-per-sample", node,
+            f"'{name}' reads the per-sample value '{next(iter(per_sample.values()))}' and the batch node "
+            f"'{p.name}': a batch node runs after collation, in the process that iterates the loader, so it "
+            "cannot feed per-sample work",
+            f"make '{name}' a batch node (Batch[...] parameters and return), or read the per-sample value "
+            f"'{p.name}' reads instead",
+            graph.nodes[p.name], expected="per-sample values only", actual=f"batch node '{p.name}'",
+        ))
+        return out
+    for p in plain_batch:
+        out.append(_problem(
+            "FD211", "batch-needs-marker", node,
+            f"'{name}' reads the batch node '{p.name}' as {type_name(p.type)}: its value is a whole batch",
+            f"annotate the parameter as '{p.name}: Batch[{type_name(p.type)}]' and the return as "
+            f"'-> Batch[{type_name(node.type)}]'",
+            graph.nodes[p.name], expected=f"{p.name}: Batch[{type_name(p.type)}]", actual=f"{p.name}: {type_name(p.type)}",
+        ))
+    if not is_batch:
+        return out
+    for g, via in per_sample.items():
+        out.append(_problem(
+            "FD211", "batch-needs-marker", node,
+            f"'{name}' is a batch node (it reads Batch[...] values), but takes the per-sample value '{via}' of "
+            f"group '{g}' as {type_name(node.param(via).type)}: a batch node is called once per batch",
+            f"annotate the parameter as '{via}: Batch[{type_name(node.param(via).type)}]' (the collated batch)",
+            graph.nodes[via], expected=f"{via}: Batch[{type_name(node.param(via).type)}]",
+            actual=f"{via}: {type_name(node.param(via).type)}",
+        ))
+    if collected:
+        via = next(iter(collected.values()))
+        out.append(_problem(
+            "FD213", "batch-into-collect", node,
+            f"'{name}' is a batch node but takes Collect parameter '{via}': a batch node reads batches, and "
+            "whole values as they are",
+            f"collect '{via}' in a node of its own and pass its result to '{name}' as a whole value",
+        ))
+    if builtins:
+        out.append(_problem(
+            "FD214", "batch-reads-builtin", node,
+            f"batch node '{name}' reads {', '.join(repr(b) for b in builtins)}, which exists only per sample",
+            "draw per-sample randomness in a per-sample node (sample_rng), or collate 'sample_index' from a "
+            "per-sample node that returns it",
+            expected="Batch[...] values and whole values", actual=f"parameters {', '.join(repr(b) for b in builtins)}",
+        ))
+    if not node.batch:
+        out.append(_problem(
+            "FD215", "batch-return", node,
+            f"'{name}' reads Batch[...] values, so it runs once per batch, but returns {type_name(node.type)}",
+            f"declare '-> Batch[{type_name(node.type)}]' (a value whose first dimension is the batch)",
+            expected=f"-> Batch[{type_name(node.type)}]", actual=f"-> {type_name(node.type)}",
+        ))
+    elif not node.batch_params and not plain_batch:
+        out.append(_problem(
+            "FD215", "batch-return", node,
+            f"'{name}' returns Batch[{type_name(node.type)}] but reads no batch: nothing makes it run once per batch",
+            f"read a per-sample node as 'x: Batch[...]', or declare '-> {type_name(node.type)}'",
+            expected="at least one Batch[...] parameter", actual=f"{node.signature}",
+        ))
+    return out
+
+
 @dataclass(frozen=True)
 class PassPlan:
     """One pass over a group's samples.
@@ -218,8 +358,12 @@ class PassPlan:
         number: 1, 2, ...
         computes: Per-sample nodes computed for each sample, producers first.
         feeds: Collect nodes (and sources that collect) fed by this pass.
-        outputs: Requested per-sample outputs delivered by this pass.
+        outputs: Per-sample values delivered by this pass: the requested ones, and those
+            its batch nodes read.
         needs: Whole values (once nodes, inputs, Collect results) the pass reads.
+        batches: Batch nodes computed on the collated batches of this pass's outputs,
+            producers first (the whole values they read are not in ``needs``: they are
+            read where the batches are, never in the workers).
     """
 
     number: int
@@ -227,6 +371,7 @@ class PassPlan:
     feeds: tuple[str, ...]
     outputs: tuple[str, ...]
     needs: tuple[str, ...]
+    batches: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -250,7 +395,7 @@ class GroupPlan:
     def pass_of(self, name: str) -> PassPlan:
         """The pass that feeds Collect node ``name`` (or delivers output ``name``)."""
         for p in self.passes:
-            if name in p.feeds or name in p.outputs:
+            if name in p.feeds or name in p.outputs or name in p.batches:
                 return p
         raise KeyError(name)
 
@@ -297,6 +442,8 @@ class Plan:
                     lines.append(f"      feeds:    {', '.join(p.feeds)}")
                 if p.outputs:
                     lines.append(f"      yields:   {', '.join(p.outputs)}")
+                if p.batches:
+                    lines.append(f"      batches:  {', '.join(p.batches)} (after collation)")
                 if p.needs:
                     lines.append(f"      reads:    {', '.join(p.needs)}")
         return "\n".join(lines)
@@ -411,7 +558,8 @@ def _check_outputs(
                 "  fix: override a once or Collect node, or pass different inputs"
             )
     if allow_per_sample:
-        groups = {analysis.group_of[o] for o in outputs if analysis.per_sample(o) and o not in overrides}
+        groups = {analysis.group_of[o] for o in outputs
+                  if (analysis.per_sample(o) or analysis.batch(o)) and o not in overrides}
         if len(groups) > 1:
             raise InputError(
                 f"per-sample outputs come from several groups ({', '.join(sorted(groups))}); "
@@ -459,7 +607,7 @@ class _Levels:
         for p in node.params:
             if p.name not in self.graph.nodes:
                 continue
-            if an.roles[p.name] is Role.PER_SAMPLE and an.group_of[p.name] == g:
+            if an.roles[p.name] in (Role.PER_SAMPLE, Role.BATCH) and an.group_of[p.name] == g:
                 lvl = max(lvl, self.level(p.name))
             elif an.roles[p.name] is Role.SOURCE and p.name == g:
                 pass
@@ -499,11 +647,17 @@ def _group_plan(
         if (analysis.roles[n] is Role.COLLECT and analysis.group_of[n] == source)
         or analysis.closes.get(n) == source
     ]
-    wanted_outputs = [o for o in outputs if o in in_group or o == source]
+    batches = [n for n in order if analysis.roles[n] is Role.BATCH and analysis.group_of[n] == source]
+    wanted_outputs = list(dict.fromkeys(
+        [o for o in outputs if o in in_group or o == source]
+        + [p.name for b in batches for p in graph.nodes[b].batch_params if analysis.per_sample(p.name)]))
     feeds_by_level: dict[int, list[str]] = {}
     for c in collects:
         feeds_by_level.setdefault(levels.level(c), []).append(c)
-    out_level = max((levels.level(o) if o != source else 1 for o in wanted_outputs), default=0)
+    # Batch nodes run on the batches of the pass that delivers the outputs: the last one
+    # any of them (or a requested per-sample output) needs.
+    out_level = max([levels.level(o) if o != source else 1 for o in wanted_outputs]
+                    + [levels.level(b) for b in batches], default=0)
     numbers = sorted(set(feeds_by_level) | ({out_level} if wanted_outputs else set()))
     passes = []
     for k in numbers:
@@ -524,7 +678,8 @@ def _group_plan(
                 and not (analysis.roles.get(p.name) is Role.PER_SAMPLE and analysis.group_of[p.name] == source)
             }
         )
-        passes.append(PassPlan(k, computes_ordered, feeds, outs, tuple(needs)))
+        passes.append(PassPlan(k, computes_ordered, feeds, outs, tuple(needs),
+                               tuple(batches) if k == out_level else ()))
     return GroupPlan(
         source=source,
         kind=graph.nodes[source].source or "parallel",

@@ -48,8 +48,10 @@ class Report:
     Attributes:
         seen: Samples computed, per group.
         skipped: Samples left out, in the order they were found.
-        node_seconds: Time spent in each per-sample node (summed over workers).
-        node_calls: Samples each per-sample node ran for.
+        node_seconds: Time spent in each per-sample node (summed over workers) and each
+            batch node (in the process that iterates the loader).
+        node_calls: Samples each per-sample node ran for (a batch node: the samples of
+            its batches).
         max_skipped: The limit: a count (int) or a fraction of the samples seen (float).
         cache: Per cached node (``cache=``): ``hits``, ``misses``, ``bytes_read``,
             ``bytes_written`` and ``not_cached`` (values past ``cache_max_bytes``).
@@ -69,6 +71,11 @@ class Report:
             mine = self.cache.setdefault(name, dict.fromkeys(_CACHE_FIELDS, 0))
             for k, v in zip(_CACHE_FIELDS, values, strict=True):
                 mine[k] += v
+
+    def add_node(self, name: str, seconds: float, samples: int) -> None:
+        """Adds one call of a node over ``samples`` samples (a batch node's, on one batch)."""
+        self.node_seconds[name] = self.node_seconds.get(name, 0.0) + seconds
+        self.node_calls[name] = self.node_calls.get(name, 0) + samples
 
     def add(self, group: str, delivered: int, node_seconds: dict[str, float], skips: list[Skip]) -> None:
         """Adds one chunk's figures; raises :class:`TooManySkipped` past the limit."""

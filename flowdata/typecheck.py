@@ -33,7 +33,7 @@ if TYPE_CHECKING:
     from flowdata.node import Node, Param
 from flowdata.types import is_iterator, type_name
 
-__all__ = ["check_edges", "check_reductions", "collection_element", "compatible", "type_name"]
+__all__ = ["check_edges", "check_reductions", "collated_fits", "collection_element", "compatible", "type_name"]
 
 _NUMERIC_TOWER: dict[type, tuple[type, ...]] = {
     int: (float, complex),
@@ -165,6 +165,24 @@ def _subclass(p: Any, e: Any) -> bool:
         return True  # e.g. a Protocol that is not runtime-checkable: undecidable, accept
 
 
+def _is_tensor(tp: Any) -> bool:
+    return (getattr(tp, "__module__", ""), getattr(tp, "__qualname__", "")) == ("torch", "Tensor")
+
+
+def collated_fits(produced: Any, expected: Any) -> bool:
+    """Whether collating values of type ``produced`` (torch's ``default_collate``) may give
+    ``expected``: numbers, numpy arrays and tensors stack into a tensor; anything else
+    collates into a list of the values, or a structure flowdata does not reason about."""
+    p, e = _strip(produced), _strip(expected)
+    if _is_tensor(e):
+        numeric = p in (int, float, bool) or getattr(p, "__module__", "").startswith("numpy")
+        return numeric or _is_tensor(p) or (not isinstance(p, type) and get_origin(p) is None)
+    element = collection_element(e)
+    if element is not None:
+        return compatible(p, element)
+    return not isinstance(p, type) or get_origin(p) is not None  # a structure: not compared
+
+
 def collection_element(tp: Any) -> Any | None:
     """The element type when ``tp`` is a collection such as ``list[T]`` or ``Iterable[T]``."""
     tp = _strip(tp)
@@ -197,9 +215,10 @@ def check_edges(graph: Graph, per_sample: Callable[[str], bool]) -> list[GraphPr
             if node.vectorized and not p.collect and per_sample(p.name):
                 problems.extend(_vectorized_param(name, node, p, producer))
                 continue
-            if compatible(producer.type, p.type):
+            if compatible(producer.type, p.type) or (p.batch and collated_fits(producer.type, p.type)):
                 continue
-            shown_expected = f"Collect[{type_name(p.type)}]" if p.collect else type_name(p.type)
+            shown_expected = (f"Collect[{type_name(p.type)}]" if p.collect else
+                              f"Batch[{type_name(p.type)}]" if p.batch else type_name(p.type))
             element = None if p.collect else collection_element(p.type)
             if element is not None and per_sample(p.name) and compatible(producer.type, element):
                 problems.append(

@@ -1,13 +1,17 @@
-"""The three markers that shape a graph, and the helpers that read them.
+"""The markers that shape a graph, and the helpers that read them.
 
 ``Parallel[T]`` and ``Sequential[T]`` mark a function's return type: the function is a
 *source* and every item it yields is a *sample*. ``Collect[T]`` marks a parameter that
-receives every sample's ``T``, in sample order.
+receives every sample's ``T``, in sample order. ``Batch[T]`` marks a parameter that
+receives the *collated batch* of a per-sample node, and the return of a node that gives
+one value for a whole batch (a *batch node*, run after collation).
 
-The markers are ``Annotated`` aliases of ``Iterable[T]``, so they are ordinary typing to
-mypy and pyright: a generator annotated ``-> Parallel[str]`` type-checks, and a
-``Collect[int]`` parameter is an ``Iterable[int]`` inside the function. The ``Annotated``
-metadata carries the marker for flowdata to read at run time.
+The markers are ``Annotated`` aliases, so they are ordinary typing to mypy and pyright:
+``Parallel``/``Sequential``/``Collect`` alias ``Iterable[T]`` (a generator annotated
+``-> Parallel[str]`` type-checks, and a ``Collect[int]`` parameter is an
+``Iterable[int]`` inside the function), ``Batch[T]`` aliases ``T`` itself (a
+``Batch[torch.Tensor]`` parameter is the collated tensor). The ``Annotated`` metadata
+carries the marker for flowdata to read at run time.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ from collections.abc import Iterable
 from typing import Annotated, Any, Final, Literal, TypeAlias, TypeVar, Union, get_args, get_origin
 
 __all__ = [
+    "Batch",
     "Collect",
     "MarkerKind",
     "Parallel",
@@ -33,7 +38,7 @@ __all__ = [
 
 T = TypeVar("T")
 
-MarkerKind = Literal["parallel", "sequential", "collect"]
+MarkerKind = Literal["parallel", "sequential", "collect", "batch"]
 
 
 class _Marker:
@@ -55,6 +60,7 @@ class _Marker:
 _PARALLEL: Final = _Marker("parallel")
 _SEQUENTIAL: Final = _Marker("sequential")
 _COLLECT: Final = _Marker("collect")
+_BATCH: Final = _Marker("batch")
 
 Parallel: TypeAlias = Annotated[Iterable[T], _PARALLEL]
 """Return type of a source whose samples are independent (may run in any order, anywhere)."""
@@ -65,17 +71,24 @@ Sequential: TypeAlias = Annotated[Iterable[T], _SEQUENTIAL]
 Collect: TypeAlias = Annotated[Iterable[T], _COLLECT]
 """Parameter type that receives every sample's value of one group, in sample order."""
 
+Batch: TypeAlias = Annotated[T, _BATCH]
+"""Parameter type that receives the collated batch of a per-sample node (or the value of
+another batch node), and return type of a node that runs once per batch, after collation."""
+
 
 def read_marker(tp: Any) -> tuple[MarkerKind | None, Any]:
     """Splits a type into (marker kind, element type).
 
-    ``Parallel[str]`` gives ``("parallel", str)``; a type with no marker gives
-    ``(None, tp)``. A bare marker without an element type gives ``Any`` as element.
+    ``Parallel[str]`` gives ``("parallel", str)``, ``Batch[Tensor]`` gives
+    ``("batch", Tensor)``; a type with no marker gives ``(None, tp)``. A bare marker
+    without an element type gives ``Any`` as element.
     """
     if get_origin(tp) is Annotated:
         base, *meta = get_args(tp)
         for m in meta:
             if isinstance(m, _Marker):
+                if m.kind == "batch":
+                    return m.kind, (Any if isinstance(base, TypeVar) else base)
                 args = get_args(base)
                 return m.kind, (args[0] if args else Any)
     return None, tp
@@ -83,7 +96,9 @@ def read_marker(tp: Any) -> tuple[MarkerKind | None, Any]:
 
 def make_marker(kind: MarkerKind, element: Any) -> Any:
     """The marked type for ``kind`` around ``element`` (used to translate Hamilton's types)."""
-    marker = {"parallel": _PARALLEL, "sequential": _SEQUENTIAL, "collect": _COLLECT}[kind]
+    marker = {"parallel": _PARALLEL, "sequential": _SEQUENTIAL, "collect": _COLLECT, "batch": _BATCH}[kind]
+    if kind == "batch":
+        return Annotated[element, marker]
     return Annotated[Iterable[element], marker]
 
 

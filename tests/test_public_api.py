@@ -10,6 +10,7 @@ import flowdata
 
 def test_public_names_are_pinned() -> None:
     assert sorted(flowdata.__all__) == [
+        "Batch",
         "Builder",
         "Collect",
         "DataLoader",

@@ -16,6 +16,10 @@ the dataset of the group's last pass:
   in every worker): it is refused with an ``InputError``.
 
 Samples skipped in the statistics pass are left out of every epoch.
+
+Batch nodes among the outputs are not part of the dataset: it delivers the per-sample
+values they read, and the loader computes them on each collated batch in the process that
+iterates it (:class:`~flowdata.run.batches.BatchStep`). ``dataset()`` refuses them.
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ from flowdata.errors import InputError
 from flowdata.node import Role
 from flowdata.plan import make_plan
 from flowdata.report import Report
+from flowdata.run.batches import BatchStep
 from flowdata.run.cache import ReductionCache
 from flowdata.run.executors import Executor, InlineExecutor, ProcessExecutor, resolve_executor
 from flowdata.run.kernel import PassSpec
@@ -129,13 +134,15 @@ def _say_fallback(source: str, shards: int, options: LoaderOptions) -> None:
 
 
 def build_dataset(
-    driver: Driver, outputs: Sequence[str], inputs: Mapping[str, Any] | None, options: LoaderOptions
-) -> tuple[PassDataset | StreamDataset | LaneDataset, list[int], dict[str, Any], Recorder]:
+    driver: Driver, outputs: Sequence[str], inputs: Mapping[str, Any] | None, options: LoaderOptions,
+    *, batches: bool = True,
+) -> tuple[PassDataset | StreamDataset | LaneDataset, list[int], dict[str, Any], Recorder, BatchStep | None]:
     """Plans the call, computes what the last pass reads, and makes its dataset.
 
     Returns the dataset, the sample indices to iterate (map-style; those skipped in the
-    statistics pass left out), the Collect results computed on the way (``loader.stats``)
-    and the recorder (report and skips) the loader goes on with.
+    statistics pass left out), the Collect results computed on the way (``loader.stats``),
+    the recorder (report and skips) the loader goes on with, and the batch nodes to compute
+    on each collated batch (None when the outputs hold none; refused unless ``batches``).
     """
     outputs = tuple(outputs)
     on_error = on_error_mode(options.on_error)
@@ -144,7 +151,16 @@ def build_dataset(
     replaced = driver._replaced(inputs, None)
     analysis = driver.analysis
     plan = make_plan(driver.graph, analysis, outputs, set(values), replaced, allow_per_sample=True)
-    whole_outputs = [o for o in outputs if not analysis.per_sample(o)]
+    batch_outputs = [o for o in outputs if analysis.batch(o)]
+    if batch_outputs and not batches:
+        raise InputError(
+            f"dataset() gives per-sample values, but {', '.join(repr(o) for o in batch_outputs)} "
+            + ("is a batch node" if len(batch_outputs) == 1 else "are batch nodes")
+            + ", computed on collated batches where the loader is iterated\n"
+            "  fix: use dataloader(), or ask dataset() for the per-sample values "
+            + ("it reads" if len(batch_outputs) == 1 else "they read")
+        )
+    whole_outputs = [o for o in outputs if not analysis.per_sample(o) and not analysis.batch(o)]
     if whole_outputs or not outputs:
         what = (
             f"{', '.join(repr(o) for o in whole_outputs)} "
@@ -165,6 +181,9 @@ def build_dataset(
             "the first group into a list and give it to a source as an input"
         )
     pass_ = next(p for p in group.passes if p.outputs)
+    # What the dataset delivers: the per-sample outputs, and what the batch nodes read.
+    delivered = pass_.outputs if pass_.batches else outputs
+    step: BatchStep | None = None
     recorder = Recorder(Report(max_skipped=options.max_skipped), on_error)
     executor, owned = _statistics_executor(options)
     cache_dir = os.fspath(options.cache_dir) if options.cache_dir is not None else None
@@ -203,6 +222,8 @@ def build_dataset(
             recorder.on_samples = bar.update
         try:
             whole = run.pass_whole(pass_)
+            if pass_.batches:  # what they read is computed here too (a statistics pass, maybe)
+                step = run.batch_step(pass_, outputs)
         finally:
             recorder.on_samples = None
             if bar is not None:
@@ -212,7 +233,7 @@ def build_dataset(
             close = getattr(executor, "close", None)
             if close is not None:
                 close()
-    spec = PassSpec(group.source, pass_.number, pass_.computes, outputs, seed=options.seed, timeout=options.timeout)
+    spec = PassSpec(group.source, pass_.number, pass_.computes, delivered, seed=options.seed, timeout=options.timeout)
     if options.samples is not None:  # the epochs read and write the sample cache too
         spec = options.samples.attach(spec, driver.graph.nodes, whole, driver.program.config)
     skip = on_error == "skip"
@@ -223,17 +244,17 @@ def build_dataset(
         stream: dict[str, Any] = dict(seed=options.seed, skip=skip, collate_fn=options.collate_fn, batch_size=options.batch_size,
                       drop_last=options.drop_last, shuffle=options.shuffle, shuffle_buffer=options.shuffle_buffer,
                       rank=options.rank, world_size=options.world_size, nodes=driver.graph.nodes)
-        dataset = (LaneDataset(driver.program, spec, whole, outputs, sharded.data, **stream) if sharded is not None
-                   else StreamDataset(driver.program, spec, whole, outputs, **stream))
+        dataset = (LaneDataset(driver.program, spec, whole, delivered, sharded.data, **stream) if sharded is not None
+                   else StreamDataset(driver.program, spec, whole, delivered, **stream))
         dataset.exclude = skipped
     else:
-        dataset = PassDataset(driver.program, spec, whole, index.items, outputs, options.seed, skip,
+        dataset = PassDataset(driver.program, spec, whole, index.items, delivered, options.seed, skip,
                               options.collate_fn, nodes=driver.graph.nodes)
         indices = [i for i in range(len(index.items)) if i not in skipped]
     # Collect results given by name (e.g. a validation loader fed the training statistics)
     # are part of what the loader was built with.
     given = {n: values[n] for n in replaced if analysis.roles.get(n) is Role.COLLECT}
-    return dataset, indices, {**given, **run.collected()}, recorder
+    return dataset, indices, {**given, **run.collected()}, recorder, step
 
 
 def build_loader(
@@ -249,7 +270,7 @@ def build_loader(
     device: Any = None,
 ) -> DataLoader:
     """The ``flowdata.DataLoader`` of ``Driver.dataloader()``."""
-    dataset, indices, stats, recorder = build_dataset(driver, outputs, inputs, options)
+    dataset, indices, stats, recorder, step = build_dataset(driver, outputs, inputs, options)
     sampler = None
     if isinstance(dataset, PassDataset):  # map-style: the sampler in this process decides the order
         sampler = EpochBatches(indices, options.batch_size, shuffle=options.shuffle, seed=options.seed,
@@ -258,5 +279,5 @@ def build_loader(
         dataset, sampler, num_workers=options.num_workers, prefetch_factor=prefetch_factor, pin_memory=pin_memory,
         persistent_workers=persistent_workers, multiprocessing_context=options.multiprocessing_context,
         worker_init_fn=worker_init_fn, stats=stats, recorder=recorder, progress=options.progress, seed=options.seed,
-        device=device,
+        device=device, batch_step=step,
     )

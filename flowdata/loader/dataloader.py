@@ -25,6 +25,7 @@ from flowdata.loader.lanes import Lane, served_of
 from flowdata.loader.order import EpochBatches, EpochSampler
 from flowdata.loader.wire import Batch
 from flowdata.report import Report
+from flowdata.run.batches import BatchStep
 from flowdata.run.deadline import Stuck, Watch
 from flowdata.run.kernel import failure_of
 from flowdata.run.executors import sigint_deferred
@@ -97,6 +98,7 @@ class DataLoader(TorchDataLoader):  # type: ignore[type-arg]
         progress: bool = False,
         seed: int = 0,
         device: Any = None,
+        batch_step: BatchStep | None = None,
     ):
         self.flow_dataset = dataset
         self._watch: Watch | None = None
@@ -134,6 +136,7 @@ class DataLoader(TorchDataLoader):  # type: ignore[type-arg]
         self.report = self.recorder.report
         self.progress = progress
         self.device = torch.device(device) if device is not None else None
+        self.batch_step = batch_step
         self._served = 0
         self._lane_served: dict[int, int] = {}  # a stream in shards: batches served of each lane
         self._resume_lanes: tuple[list[Lane], dict[int, int]] | None = None  # set by load_state_dict
@@ -244,7 +247,10 @@ class DataLoader(TorchDataLoader):  # type: ignore[type-arg]
                     bar.update(1)
                 if accelerate is not None:
                     self.end_of_dataloader = following is None if ahead else self._served == total
-                yield batch.data if self.device is None else _to_device(batch.data, self.device, self.pin_memory)
+                data = batch.data if self.device is None else _to_device(batch.data, self.device, self.pin_memory)
+                if self.batch_step is not None:  # batch nodes: here, after collation, on the device
+                    data = self.batch_step(data, len(batch.indices), self._where(batch))
+                yield data
                 batch = following if ahead else next(it, None)
         except (RuntimeError, ConnectionError, EOFError) as exc:
             # torch reports a dead worker from its SIGCHLD handler or as a broken queue.
@@ -283,6 +289,11 @@ class DataLoader(TorchDataLoader):  # type: ignore[type-arg]
                                  batch.failure, batch.worker)
         except FlowdataError as exc:
             raise exc.with_traceback(None) from exc.__cause__
+
+    def _where(self, batch: Batch) -> str:
+        """Which batch this is, for a batch node's error."""
+        samples = f" (samples {_ranges(sorted(batch.indices), 4)})" if batch.indices else ""
+        return f"batch {self._served - 1} of epoch {self._epoch}{samples}"
 
     def _worker_died(self, exc: BaseException) -> FlowdataError:
         stuck = self._watch.take() if self._watch is not None else []

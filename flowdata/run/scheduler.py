@@ -17,6 +17,10 @@ Every Collect node fed by a pass reads one shared stream of its chunks (see
 reductions together in one more (see :mod:`flowdata.run.folding`). A Collect function
 that stops early stops the upstream work, unless a reduction still needs every sample.
 
+A **batch node** fed by pass ``k`` is computed like a Collect node, by running the pass:
+it reads the pass's values in sample order, cut into batches of ``batch_size``, and its
+value is the list of its value on each batch (see :mod:`flowdata.run.batches`).
+
 A source that takes ``Collect[...]`` parameters closes one group and opens the next: when
 its own group is opened, the closed group's pass is run as a stream feeding it.
 
@@ -47,6 +51,7 @@ from flowdata.graph import Graph
 from flowdata.node import Node, Role
 from flowdata.plan import Analysis, GroupPlan, PassPlan, Plan
 from flowdata.report import Report, Skip
+from flowdata.run.batches import BatchStep, batch_step, collate_rows, consume_batches
 from flowdata.run.cache import ReductionCache
 from flowdata.run.consumers import JobThread, Tee, call_collect, collect_arguments, reduce_all, run_jobs
 from flowdata.run.executors import InlineExecutor, resolve_executor
@@ -72,6 +77,7 @@ class Run:
         values: Inputs and overrides supplied by the caller.
         engine: Runs the passes (executor, error policy, report).
         cache: Where reduction results are kept between calls, or None.
+        batch_size: Samples per batch for batch nodes computed by ``execute()``.
     """
 
     def __init__(
@@ -82,6 +88,7 @@ class Run:
         values: Mapping[str, Any],
         engine: Engine,
         cache: ReductionCache | None = None,
+        batch_size: int = 32,
     ):
         self.graph = graph
         self.analysis = analysis
@@ -89,6 +96,7 @@ class Run:
         self.values: dict[str, Any] = dict(values)
         self.engine = engine
         self.cache = cache
+        self.batch_size = batch_size
         self.reducers: dict[str, Any] = {}
         self._sources: dict[str, Source] = {}
 
@@ -106,7 +114,7 @@ class Run:
                 self.values[name] = node.fn(**kwargs)
             except Exception as exc:
                 raise _node_error(node, exc) from exc.with_traceback(user_traceback(exc.__traceback__))
-        elif role is Role.COLLECT:
+        elif role in (Role.COLLECT, Role.BATCH):
             group = self.plan.group(self.analysis.group_of[name])
             self._run_pass(group, group.pass_of(name))
         else:
@@ -127,6 +135,14 @@ class Run:
     def pass_whole(self, pass_: PassPlan) -> dict[str, Any]:
         """The whole values a pass reads (computing them, earlier passes included)."""
         return {n: self.value(n) for n in pass_.needs if n in self.graph.nodes or n in self.values}
+
+    def batch_step(self, pass_: PassPlan, outputs: Sequence[str]) -> BatchStep:
+        """The batch nodes of ``pass_`` with the whole values they read (computed now),
+        handing back ``outputs``."""
+        made = set(pass_.batches)
+        whole = {p.name: self.value(p.name) for b in pass_.batches for p in self.graph.nodes[b].params
+                 if not p.batch and p.name not in made and (p.name in self.graph.nodes or p.name in self.values)}
+        return batch_step(self.graph.nodes, pass_.batches, whole, outputs, self.engine.recorder.report)
 
     def collected(self) -> dict[str, Any]:
         """The Collect results computed so far (what a loader shows as ``stats``)."""
@@ -207,8 +223,10 @@ class Run:
 
     def _run_pass(self, group: GroupPlan, pass_: PassPlan) -> None:
         plain, folds = self._consumers(pass_)
+        wanted = [b for b in pass_.batches if b in self.plan.outputs and b not in self.values]
+        step = self.batch_step(pass_, wanted) if wanted else None
         ranks = self.engine.ranks
-        if ranks is not None and (plain or folds):
+        if ranks is not None and (plain or folds) and step is None:
             self._run_pass_ranks(group, pass_, plain, folds, ranks)
             return
         key = loaded = None
@@ -218,11 +236,15 @@ class Run:
             self._keep([], folds, [loaded[0]])
             self.engine.recorder.restore(loaded[1])
             folds = []
-        if not plain and not folds:
+        if not plain and not folds and step is None:
             return
-        tee = Tee(self._chunks(group, pass_, plain, folds), readers=len(plain) + (1 if folds else 0),
-                  capacity=_capacity(group))
-        results = run_jobs(self._jobs(plain, folds, group, pass_), tee)
+        jobs = self._jobs(plain, folds, group, pass_)
+        if step is not None:  # read by a job of its own, after the plain Collect functions'
+            jobs.insert(len(plain), functools.partial(_batch_job, step, self.batch_size, group.source))
+        tee = Tee(self._chunks(group, pass_, plain, folds), readers=len(jobs), capacity=_capacity(group))
+        results = run_jobs(jobs, tee)
+        if step is not None:
+            self.values.update(results.pop(len(plain)))
         self._keep(plain, folds, results)
         if key is not None and folds:
             self._save(key, group, pass_, folds)
@@ -367,7 +389,12 @@ class Run:
                     close()
         spec = PassSpec(group.source, pass_.number, pass_.computes, pass_.outputs)
         result = self.engine.one(spec, whole, index, item)
-        return {o: result.columns[o][0] if o != group.source else item for o in pass_.outputs}
+        values = {o: result.columns[o][0] if o != group.source else item for o in pass_.outputs}
+        if pass_.batches:  # batch nodes run on a batch of this one sample (first dimension 1)
+            step = self.batch_step(pass_, [o for o in self.plan.outputs if o in pass_.batches])
+            values.update(step(collate_rows({r: [values[r]] for r in step.reads}), 1,
+                               f"a batch of sample {index} alone"))
+        return {o: values[o] for o in self.plan.outputs if o in values}
 
 
 def _capacity(group: GroupPlan) -> int:
@@ -437,6 +464,19 @@ def _where(group: GroupPlan, pass_: PassPlan) -> str:
     return f"pass {pass_.number} of group '{group.source}'"
 
 
+def _batch_job(step: BatchStep, batch_size: int, group: str, tee: Tee, r: int) -> dict[str, list[Any]]:
+    """Reader ``r`` of a pass, computing ``step`` on its batches (see consume_batches)."""
+
+    def chunks() -> Iterator[ChunkResult]:
+        while (chunk := tee.next(r)) is not None:
+            yield chunk
+
+    try:
+        return consume_batches(step, batch_size, chunks(), group)
+    finally:
+        tee.close(r)
+
+
 def _nth(items: Iterable[tuple[int, Any]], index: int, source: str) -> Any:
     """The item of sample ``index`` among ``(index, item)`` pairs in increasing order."""
     for i, item in items:
@@ -476,6 +516,7 @@ def execute(
     report: Report | None = None,
     timeout: float | None = None,
     samples: SampleCache | None = None,
+    batch_size: int = 32,
 ) -> dict[str, Any]:
     """Computes a plan's outputs (``Driver.execute()``); closes an executor it made itself."""
     ex, owned = resolve_executor(executor)
@@ -483,7 +524,7 @@ def execute(
         engine = Engine(program, graph.nodes, ex, Recorder(report if report is not None else Report(), on_error),
                         chunk_size=chunk_size, timeout=timeout, samples=samples)
         cache = ReductionCache(PassCache(cache_dir), graph.nodes, program) if cache_dir is not None else None
-        run = Run(graph, analysis, plan, values, engine, cache)
+        run = Run(graph, analysis, plan, values, engine, cache, batch_size)
         return {o: run.value(o) for o in plan.outputs}
     finally:
         close = getattr(ex, "close", None) if owned else None
