@@ -308,7 +308,7 @@ def _batch_node(graph: Graph, node: Node, roles: Mapping[str, Role], per_sample:
         ))
     if not is_batch:
         return out
-    for g, via in per_sample.items():
+    for g, via in per_sample.items() if node.batch_params or plain_batch else ():
         out.append(_problem(
             "FD211", "batch-needs-marker", node,
             f"'{name}' is a batch node (it reads Batch[...] values), but takes the per-sample value '{via}' of "
@@ -704,10 +704,11 @@ def _closure_in_group(graph: Graph, analysis: Analysis, source: str, roots: Iter
 
 
 def pass_levels(graph: Graph, analysis: Analysis) -> dict[str, int]:
-    """The pass of every per-sample node and of the pass feeding every Collect node."""
+    """The pass of every per-sample node, of the pass feeding every Collect node, and of
+    the pass whose batches every batch node reads."""
     levels = _Levels(graph, analysis)
     return {
         name: levels.level(name)
         for name, role in analysis.roles.items()
-        if role in (Role.PER_SAMPLE, Role.COLLECT) or (role is Role.SOURCE and name in analysis.closes)
+        if role in (Role.PER_SAMPLE, Role.COLLECT, Role.BATCH) or (role is Role.SOURCE and name in analysis.closes)
     }

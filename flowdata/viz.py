@@ -10,9 +10,13 @@ What the picture shows:
   when a report is given, its sample count; the per-sample nodes inside;
 - Collect nodes just outside the cluster they close (DOT cannot place a node *on* a
   border), drawn with the group's colour and reached by bold "crow's foot" edges;
-- the pass of every per-sample and Collect node (fill colour, and ``pass k`` in the label);
+- batch nodes (run once per collated batch, after collation, where the loader is
+  iterated) in a dashed cluster of their own beside their group's, labelled "after
+  collation", reached by edges ending in a diamond and labelled ``Batch[T]``;
+- the pass of every per-sample, Collect and batch node (fill colour, and ``pass k`` in the label);
 - node shapes by role: input (dashed ellipse), once (rounded box), source (bold cds),
-  per-sample (box), Collect (inverted trapezium), reduction (double octagon), and a legend;
+  per-sample (box), Collect (inverted trapezium), reduction (double octagon), batch (3-D
+  box), and a legend;
 - edge labels with the value's type when ``show_types``;
 - with ``report=``: each node's share of the time as a white-to-red fill, its call count
   and time, and the samples it made skip.
@@ -41,6 +45,7 @@ _SHAPES: dict[str, dict[str, str]] = {
     "per-sample": {"shape": "box", "style": "filled"},
     "collect": {"shape": "invtrapezium", "style": "filled"},
     "reduction": {"shape": "doubleoctagon", "style": "filled"},
+    "batch": {"shape": "box3d", "style": "filled"},
 }
 _PASS_FILL = ["#ffffff", "#fff4d6", "#e3f6e3", "#f3e5f5", "#e0f2f1"]
 _GROUP_COLORS = ["#1a73e8", "#e37400", "#188038", "#a142f4", "#d93025"]
@@ -123,13 +128,13 @@ def to_dot(
         lines = [name]
         if name in graph.nodes:
             node = graph.nodes[name]
-            if show_types and kind in ("source", "once", "collect", "reduction"):
-                lines.append(type_name(node.type))
+            if show_types and kind in ("source", "once", "collect", "reduction", "batch"):
+                lines.append(f"Batch[{type_name(node.type)}]" if kind == "batch" else type_name(node.type))
             if show_passes and name in levels:
                 lines.append(f"pass {levels[name]}")
-            if kind in ("per-sample", "collect", "reduction") and "fillcolor" not in attrs:
+            if kind in ("per-sample", "collect", "reduction", "batch") and "fillcolor" not in attrs:
                 attrs["fillcolor"] = _PASS_FILL[(levels.get(name, 1) - 1) % len(_PASS_FILL)]
-            if kind in ("collect", "reduction"):
+            if kind in ("collect", "reduction", "batch"):
                 attrs["color"] = color.get(analysis.group_of[name], "black")
             if node.reducer is not None:
                 lines.append(f"@reduce({node.reducer.cls.__name__})")
@@ -149,6 +154,7 @@ def to_dot(
         return attrs
 
     clusters: dict[str, list[str]] = {g: [] for g in sources}
+    batches: dict[str, list[str]] = {g: [] for g in sources}
     outside: list[str] = []
     for name in graph.toposort():
         if name not in nodes:
@@ -158,6 +164,8 @@ def to_dot(
             clusters[name].insert(0, name)
         elif role is Role.PER_SAMPLE:
             clusters[analysis.group_of[name]].append(name)
+        elif role is Role.BATCH and analysis.group_of[name] in batches:
+            batches[analysis.group_of[name]].append(name)
         else:
             outside.append(name)
     for g, members in clusters.items():
@@ -169,6 +177,12 @@ def to_dot(
             sub.attr(label=label, style="dotted,rounded", color=color[g], penwidth="2", fontcolor=color[g])
             for m in members:
                 sub.node(m, **node_attrs(m))
+        if batches[g]:
+            with dot.subgraph(name=f"cluster_{g}_batches") as sub:
+                sub.attr(label=f"batches of '{g}', after collation", style="dashed,rounded", color=color[g],
+                         penwidth="2", fontcolor=color[g])
+                for m in batches[g]:
+                    sub.node(m, **node_attrs(m))
     for name in sorted(inputs):
         dot.node(name, **node_attrs(name))
     for name in outside:
@@ -183,7 +197,12 @@ def to_dot(
             if show_types:
                 producer = graph.nodes.get(p.name)
                 shown = type_name(producer.type if producer is not None else p.type)
-                attrs["label"] = f"Collect[{shown}]" if p.collect else shown
+                attrs["label"] = f"Collect[{shown}]" if p.collect else f"Batch[{shown}]" if p.batch else shown
+            if p.batch:
+                attrs.update(arrowhead="diamond", penwidth="2")
+                group = analysis.group_of.get(name)
+                if group is not None and group in color:
+                    attrs["color"] = color[group]
             if p.collect:
                 attrs.update(style="bold", arrowhead="crow", penwidth="2")
                 group = analysis.group_of.get(name)
@@ -195,7 +214,10 @@ def to_dot(
         with dot.subgraph(name="cluster_legend") as leg:
             leg.attr(label="legend", style="rounded", color="#9aa0a6", fontcolor="#5f6368")
             previous = None
-            for kind in ("input", "once", "source", "per-sample", "collect", "reduction"):
+            kinds = ["input", "once", "source", "per-sample", "collect", "reduction"]
+            if any(analysis.roles.get(n) is Role.BATCH for n in nodes):
+                kinds.append("batch")  # only where a picture has one: older pictures stay as they were
+            for kind in kinds:
                 key = f"legend_{kind.replace('-', '_')}"
                 attrs = dict(_SHAPES[kind])
                 attrs.setdefault("fillcolor", _PASS_FILL[0])
@@ -231,6 +253,7 @@ def to_mermaid(graph: Graph, analysis: Analysis, *, outputs: Collection[str] | N
         "per-sample": ('["', '"]'),
         "collect": ('[\\"', '"/]'),
         "reduction": ('{{"', '"}}'),
+        "batch": ('[["', '"]]'),
     }
 
     def line(name: str) -> str:
@@ -249,12 +272,17 @@ def to_mermaid(graph: Graph, analysis: Analysis, *, outputs: Collection[str] | N
             if n == g or (analysis.roles.get(n) is Role.PER_SAMPLE and analysis.group_of[n] == g):
                 out.append(f"    {line(n)}")
         out.append("  end")
+        batch = [n for n in order if analysis.roles.get(n) is Role.BATCH and analysis.group_of[n] == g]
+        if batch:
+            out.append(f'  subgraph {_mermaid_id("batches_" + g)}["batches of {_mermaid_text(g)}, after collation"]')
+            out.extend(f"    {line(n)}" for n in batch)
+            out.append("  end")
     for n in order:
-        if analysis.roles.get(n) not in (Role.SOURCE, Role.PER_SAMPLE):
+        if analysis.roles.get(n) not in (Role.SOURCE, Role.PER_SAMPLE, Role.BATCH):
             out.append(f"  {line(n)}")
     for n in order:
         for p in graph.nodes[n].params:
             if p.name in nodes or p.name in inputs:
-                arrow = "==>|Collect|" if p.collect else "-->"
+                arrow = "==>|Collect|" if p.collect else "-.->|Batch|" if p.batch else "-->"
                 out.append(f"  {_mermaid_id(p.name)} {arrow} {_mermaid_id(n)}")
     return "\n".join(out) + "\n"

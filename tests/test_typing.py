@@ -71,6 +71,7 @@ def test_markers_read_back() -> None:
     assert read_marker(fd.Parallel[str]) == ("parallel", str)
     assert read_marker(fd.Sequential[bytes]) == ("sequential", bytes)
     assert read_marker(list[int]) == (None, list[int])
+    assert read_marker(fd.Batch[list[int]]) == ("batch", list[int])
 
 
 def test_user_module_runs() -> None:

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 from hamilton.htypes import Collect as HCollect
 from hamilton.htypes import Parallelizable
 
-from flowdata import Collect, Parallel, Sequential
+from flowdata import Batch, Collect, Parallel, Sequential
 
 
 def path(folder: str) -> Parallel[str]:
@@ -52,3 +52,8 @@ def hamilton_style(names: list[str]) -> Parallelizable[str]:
 
 def hamilton_total(hamilton_style: HCollect[str]) -> int:
     return sum(len(x) for x in hamilton_style)
+
+
+def doubled_lengths(length: Batch[list[int]]) -> Batch[list[int]]:
+    # Batch[T] is T to a type checker: the collated batch, here read as a list.
+    return [2 * n for n in length]
