@@ -269,6 +269,14 @@ def _batch_param(graph: Graph, node: Node, p: Param, roles: Mapping[str, Role],
     )
 
 
+def _collated_name(tp: object) -> str:
+    """What torch's default_collate makes of values of type ``tp``, as a type name."""
+    name = type_name(tp)
+    if tp in (int, float, bool) or name.startswith(("torch.Tensor", "numpy.")):
+        return "torch.Tensor"
+    return f"list[{name}]" if tp in (str, bytes) else name
+
+
 def _batch_node(graph: Graph, node: Node, roles: Mapping[str, Role], per_sample: Mapping[str, str],
                 collected: Mapping[str, str], batched: Mapping[str, str], builtins: list[str]) -> list[GraphProblem]:
     """The rules of a node that reads ``Batch[...]`` values or a batch node, or returns
@@ -309,13 +317,13 @@ def _batch_node(graph: Graph, node: Node, roles: Mapping[str, Role], per_sample:
     if not is_batch:
         return out
     for g, via in per_sample.items() if node.batch_params or plain_batch else ():
+        shown, collated = type_name(node.param(via).type), _collated_name(graph.nodes[via].type)
         out.append(_problem(
             "FD211", "batch-needs-marker", node,
             f"'{name}' is a batch node (it reads Batch[...] values), but takes the per-sample value '{via}' of "
-            f"group '{g}' as {type_name(node.param(via).type)}: a batch node is called once per batch",
-            f"annotate the parameter as '{via}: Batch[{type_name(node.param(via).type)}]' (the collated batch)",
-            graph.nodes[via], expected=f"{via}: Batch[{type_name(node.param(via).type)}]",
-            actual=f"{via}: {type_name(node.param(via).type)}",
+            f"group '{g}' as {shown}: a batch node is called once per batch",
+            f"annotate the parameter as '{via}: Batch[{collated}]' (the collated batch)",
+            graph.nodes[via], expected=f"{via}: Batch[{collated}]", actual=f"{via}: {shown}",
         ))
     if collected:
         via = next(iter(collected.values()))

@@ -169,7 +169,7 @@ def bad(doubled: Batch[torch.Tensor], item: int) -> Batch[torch.Tensor]:
     return doubled
 """, r"FD211 batch-needs-marker: 'bad' is a batch node \(it reads Batch\[...\] values\), but takes the per-sample "
      r"value 'item' of group 'item' as int: a batch node is called once per batch\n(.|\n)*fix: annotate the "
-     r"parameter as 'item: Batch\[int\]' \(the collated batch\)"),
+     r"parameter as 'item: Batch\[torch.Tensor\]' \(the collated batch\)"),
     ("FD211", """
 def bad(doubled: torch.Tensor) -> torch.Tensor:
     return doubled
