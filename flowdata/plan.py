@@ -109,6 +109,8 @@ def analyze(graph: Graph) -> Analysis:
         uses_builtin = [p.name for p in node.params if p.name in BUILTINS and p.name not in graph.nodes]
         for p in node.params:
             g = group_read(p.name)
+            if p.batch and p.name in BUILTINS and p.name not in graph.nodes:
+                continue  # the batch's sample indices or generators, given with the batch
             if p.batch or roles.get(p.name) is Role.BATCH:
                 problem = _batch_param(graph, node, p, roles, group_of)
                 if problem is not None:
@@ -157,7 +159,8 @@ def analyze(graph: Graph) -> Analysis:
                 actual=f"groups {', '.join(repr(g) for g in per_sample)}",
             ))
         if node.batch_params or node.batch or batched:
-            problems.extend(_batch_node(graph, node, roles, per_sample, collected, batched, uses_builtin))
+            plain_builtins = [b for b in uses_builtin if not node.param(b).batch]
+            problems.extend(_batch_node(graph, node, roles, per_sample, collected, batched, plain_builtins))
             joined = list(dict.fromkeys([*batched, *per_sample]))
             if len(joined) > 1 and len(per_sample) <= 1:
                 problems.append(_problem(
@@ -334,12 +337,14 @@ def _batch_node(graph: Graph, node: Node, roles: Mapping[str, Role], per_sample:
             f"collect '{via}' in a node of its own and pass its result to '{name}' as a whole value",
         ))
     if builtins:
+        wanted = {"sample_index": "sample_index: Batch[torch.Tensor]",
+                  "sample_rng": "sample_rng: Batch[list[torch.Generator]]"}
+        shown = ", ".join(f"'{b}: {type_name(node.param(b).type)}'" for b in builtins)
         out.append(_problem(
             "FD214", "batch-reads-builtin", node,
-            f"batch node '{name}' reads {', '.join(repr(b) for b in builtins)}, which exists only per sample",
-            "draw per-sample randomness in a per-sample node (sample_rng), or collate 'sample_index' from a "
-            "per-sample node that returns it",
-            expected="Batch[...] values and whole values", actual=f"parameters {', '.join(repr(b) for b in builtins)}",
+            f"batch node '{name}' reads {shown}, which exists once per sample: a batch node receives the batch's",
+            f"annotate it as '{', '.join(wanted[b] for b in builtins)}' (one per sample of the batch)",
+            expected=", ".join(wanted[b] for b in builtins), actual=shown,
         ))
     if not node.batch:
         out.append(_problem(

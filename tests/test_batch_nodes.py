@@ -71,6 +71,21 @@ def test_a_streaming_loader_runs_them_too(dr: fd.Driver) -> None:
     assert all(b["power"].shape[0] == b["label"].shape[0] for b in batches)
 
 
+@pytest.mark.parametrize("workers", [0, 2])
+def test_batch_nodes_get_each_samples_own_generator_and_index(dr: fd.Driver, workers: int) -> None:
+    loader = dr.dataloader(["draws", "draw", "index_of"], inputs={"n": N}, batch_size=4, shuffle=True, seed=7,
+                           num_workers=workers)
+    for epoch in (0, 1):
+        loader.set_epoch(epoch)
+        for b in loader:
+            assert torch.equal(b["draws"]["draw"], b["draw"])  # the per-sample node's own stream
+            assert torch.equal(b["draws"]["index"], b["index_of"])
+    out = dr.execute(["draws"], inputs={"n": N}, batch_size=3)["draws"]
+    alone = [dr.run_sample(["draw"], index=i, inputs={"n": N})["draw"] for i in range(N)]
+    assert torch.equal(torch.cat([d["draw"] for d in out]), torch.stack(alone))
+    assert torch.cat([d["index"] for d in out]).tolist() == list(range(N))
+
+
 def test_a_value_that_is_not_batch_shaped_is_an_error_naming_the_node(dr: fd.Driver) -> None:
     loader = dr.dataloader(["flat"], inputs={"n": N}, batch_size=4)
     with pytest.raises(fd.NodeError, match=r"node 'flat' \(tests/batch_cases/waves.py:\d+\) failed: it returned a "
@@ -192,8 +207,9 @@ def bad(doubled: Collect[torch.Tensor]) -> int:
     ("FD214", """
 def bad(wave: Batch[torch.Tensor], sample_rng: torch.Generator) -> Batch[torch.Tensor]:
     return wave
-""", r"FD214 batch-reads-builtin: batch node 'bad' reads 'sample_rng', which exists only per sample\n(.|\n)*fix: "
-     r"draw per-sample randomness in a per-sample node \(sample_rng\)"),
+""", r"FD214 batch-reads-builtin: batch node 'bad' reads 'sample_rng: torch.Generator', which exists once per "
+     r"sample: a batch node receives the batch's\n(.|\n)*fix: annotate it as 'sample_rng: "
+     r"Batch\[list\[torch.Generator\]\]' \(one per sample of the batch\)"),
     ("FD215", """
 def bad(wave: Batch[torch.Tensor]) -> torch.Tensor:
     return wave

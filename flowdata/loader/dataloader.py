@@ -249,7 +249,7 @@ class DataLoader(TorchDataLoader):  # type: ignore[type-arg]
                     self.end_of_dataloader = following is None if ahead else self._served == total
                 data = batch.data if self.device is None else _to_device(batch.data, self.device, self.pin_memory)
                 if self.batch_step is not None:  # batch nodes: here, after collation, on the device
-                    data = self.batch_step(data, len(batch.indices), self._where(batch))
+                    data = self.batch_step(data, batch.indices, self._where(batch), self.seed, self._epoch)
                 yield data
                 batch = following if ahead else next(it, None)
         except (RuntimeError, ConnectionError, EOFError) as exc:

@@ -26,8 +26,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from flowdata.errors import FlowdataError, NodeError, describe, user_traceback
+from flowdata.graph import BUILTINS
 from flowdata.node import Node
 from flowdata.report import Report
+from flowdata.sample import make_rng
 
 __all__ = ["BatchStep", "batch_step", "collate_rows", "consume_batches"]
 
@@ -53,16 +55,18 @@ class BatchStep:
     @property
     def reads(self) -> tuple[str, ...]:
         """The per-sample values the batch nodes read (collated), in order."""
-        made = {n.name for n in self.nodes}
+        made = {n.name for n in self.nodes} | BUILTINS
         return tuple(dict.fromkeys(p.name for n in self.nodes for p in n.batch_params if p.name not in made))
 
-    def __call__(self, batch: Any, size: int, where: str) -> dict[str, Any]:
-        """Computes the batch nodes on one collated ``batch`` of ``size`` samples.
+    def __call__(self, batch: Any, indices: Sequence[int], where: str, seed: int = 0, epoch: int = 0) -> dict[str, Any]:
+        """Computes the batch nodes on one collated ``batch``.
 
         Args:
             batch: The collated batch: a dict keyed by per-sample output name.
-            size: How many samples it holds.
+            indices: The sample indices it holds, in order.
             where: Which batch this is, for error messages ("batch 3 of epoch 0 (samples 96-127)").
+            seed: The seed of the samples' ``sample_rng``.
+            epoch: Their epoch.
 
         Raises:
             NodeError: a batch node raised, or returned a value that is not batch-shaped.
@@ -79,8 +83,10 @@ class BatchStep:
                 "with the per-sample dicts), or leave collate_fn out"
             )
         values = dict(batch)
+        size = len(indices)
         if size == 0:  # every sample of the batch skipped: nothing to compute
             return {o: values.get(o, []) for o in self.outputs}
+        values.update(self._builtins(indices, seed, epoch))
         for node in self.nodes:
             kwargs = {p.name: values[p.name] if p.name in values else self.whole[p.name]
                       for p in node.params if p.name in values or p.name in self.whole}
@@ -97,6 +103,20 @@ class BatchStep:
             _check_rows(node, value, size, where)
             values[node.name] = value
         return {o: values[o] for o in self.outputs}
+
+
+    def _builtins(self, indices: Sequence[int], seed: int, epoch: int) -> dict[str, Any]:
+        """``sample_index`` (a tensor) and ``sample_rng`` (one generator per sample, each the
+        one the sample's per-sample nodes get) for the batch nodes that read them."""
+        read = {p.name for n in self.nodes for p in n.batch_params} & BUILTINS
+        out: dict[str, Any] = {}
+        if "sample_index" in read:
+            import torch
+
+            out["sample_index"] = torch.tensor(list(indices), dtype=torch.int64)
+        if "sample_rng" in read:
+            out["sample_rng"] = [make_rng(seed, epoch, i) for i in indices]
+        return out
 
 
 def _shown(batch: Any) -> str:
@@ -159,7 +179,7 @@ def consume_batches(step: BatchStep, batch_size: int, chunks: Iterator[Any], gro
         rows = {k: v[:n] for k, v in pending.items()}
         taken = indices[:n]
         where = f"batch {number} of group '{group}' (samples {taken[0]}-{taken[-1]})"
-        for k, v in step(collate_rows(rows), n, where).items():
+        for k, v in step(collate_rows(rows), taken, where).items():
             out[k].append(v)
         for v in pending.values():
             del v[:n]

@@ -81,3 +81,18 @@ def fragile(tone: int) -> int:
 
 def fragile_sum(fragile: Batch[torch.Tensor]) -> Batch[torch.Tensor]:
     return fragile * 10
+
+
+def draw(tone: int, sample_rng: torch.Generator) -> torch.Tensor:
+    """A per-sample draw (the oracle of ``draws``)."""
+    return torch.rand(2, generator=sample_rng)
+
+
+def index_of(tone: int, sample_index: int) -> int:
+    return sample_index
+
+
+def draws(wave: Batch[torch.Tensor], sample_rng: Batch[list[torch.Generator]],
+          sample_index: Batch[torch.Tensor]) -> Batch[dict[str, torch.Tensor]]:
+    """The same draw from each sample's own generator, and the batch's sample indices."""
+    return {"draw": torch.stack([torch.rand(2, generator=g) for g in sample_rng]), "index": sample_index}
