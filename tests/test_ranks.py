@@ -1,15 +1,21 @@
 """Ranks of ``torch.distributed`` sharing the statistics pass, with real process groups.
 
-Every test starts 2 or 3 ranks as separate processes (``tests/ranks_cases/rank_main.py``)
-in a gloo process group on 127.0.0.1, at 0 and 2 DataLoader workers, and compares what
-each rank wrote with the others and with one process computing alone.
+Every case runs 2 or 3 ranks as separate processes (``tests/ranks_cases/rank_main.py``)
+in a gloo process group on 127.0.0.1, at 0 and 2 DataLoader workers, and each test
+compares what each rank wrote with the others and with one process computing alone.
+
+Importing torch in a rank costs more than most cases, so the cases are declared here with
+:func:`_case` and run once for the module (the ``launched`` fixture) by one launcher that
+imports torch once and forks each case's ranks afresh: every case still has processes
+and a process group of its own. Each test checks its case(s) as it did when it started
+its own ranks, and a failure names the case.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import socket
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -23,39 +29,74 @@ from tests.ranks_cases.rank_main import exact
 
 ROOT = Path(__file__).resolve().parent.parent
 N = 300  # 5 blocks of 64: 3 + 2 over two ranks, 2 + 2 + 1 over three
+CASE_TIMEOUT = 240.0  # seconds for one case's ranks (they take about 1 s; the launcher kills them past it)
+
+# name -> the case's config; run in this order (the pass cache's reading after its writing).
+_CASES: dict[str, dict[str, Any]] = {}
 
 
-def _port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+def _case(name: str, world: int, workers: int = 0, *, n: int = N, outputs: tuple[str, ...] = ("normalized", "ident"),
+          env: dict[str, str] | None = None, **config: Any) -> str:
+    """Declares a case: ``world`` ranks building the loader of ``outputs`` with these options."""
+    assert name not in _CASES, name
+    _CASES[name] = {"name": name, "world": world, "workers": workers, "n": n, "outputs": list(outputs),
+                    "env": env or {}, "timeout": CASE_TIMEOUT, **config}
+    return name
 
 
-def run_ranks(tmp: Path, world: int, workers: int = 0, *, n: int = N, outputs: tuple[str, ...] = ("normalized", "ident"),
-              env: dict[str, str] | None = None, timeout: float = 240, **config: Any) -> list[dict[str, Any]]:
-    """Starts ``world`` ranks and returns what each wrote, in rank order."""
-    out = tmp / f"run-{world}-{workers}-{len(list(tmp.iterdir()))}"
-    out.mkdir()
-    cfg = {"out": str(out), "port": _port(), "world": world, "workers": workers, "n": n, "outputs": list(outputs),
-           "env": env or {}, **config}
-    path = out / "config.json"
-    path.write_text(json.dumps(cfg))
-    procs = [subprocess.Popen([sys.executable, "-m", "tests.ranks_cases.rank_main", str(path), str(r)], cwd=ROOT,
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT) for r in range(world)]
-    logs = []
-    for p in procs:
-        try:
-            logs.append(p.communicate(timeout=timeout)[0].decode(errors="replace"))
-        except subprocess.TimeoutExpired:
-            for q in procs:
-                q.kill()
-            raise AssertionError("a rank did not finish: " + "\n".join(logs)) from None
-    results = []
-    for r, (p, text) in enumerate(zip(procs, logs)):
-        file = out / f"rank{r}.json"
-        assert file.exists(), f"rank {r} wrote nothing (exit {p.returncode}):\n{text[-3000:]}"
-        results.append(json.loads(file.read_text()))
-    return results
+class Launched:
+    """What the launch left: each case's folder (see tests/ranks_cases/rank_main.py)."""
+
+    def __init__(self, root: Path, log: Path):
+        self.root = root
+        self.log = log
+
+    def ended(self, name: str) -> dict[str, Any]:
+        """How the ranks of case ``name`` ended: exit codes, timed out, the cache's files then."""
+        file = self.root / name / "ended.json"
+        if not file.exists():
+            text = self.log.read_text(errors="replace") if self.log.exists() else ""
+            raise AssertionError(f"case {name!r} did not run to its end; the launcher's output:\n{text[-3000:]}")
+        ended: dict[str, Any] = json.loads(file.read_text())
+        return ended
+
+    def results(self, name: str) -> list[dict[str, Any]]:
+        """What each rank of case ``name`` wrote, in rank order."""
+        ended = self.ended(name)
+        results = []
+        for r in range(_CASES[name]["world"]):
+            file = self.root / name / f"rank{r}.json"
+            if not file.exists():
+                log = self.root / name / f"rank{r}.log"
+                text = log.read_text(errors="replace") if log.exists() else ""
+                why = (f"killed after {_CASES[name]['timeout']:.0f} s" if ended["timed_out"]
+                       else f"exit {ended['exitcodes'][r]}")
+                raise AssertionError(f"case {name!r}: rank {r} wrote nothing ({why}):\n{text[-3000:]}")
+            results.append(json.loads(file.read_text()))
+        return results
+
+
+@pytest.fixture(scope="module")
+def launched(tmp_path_factory: pytest.TempPathFactory) -> Launched:
+    """Every case of this module, run once, in order, by one launcher (each in fresh ranks)."""
+    root = tmp_path_factory.mktemp("ranks")
+    cases = [{**{k: v.format(root=root) if isinstance(v, str) else v for k, v in case.items()}, "out": str(root / name)}
+             for name, case in _CASES.items()]
+    path = root / "launch.json"
+    path.write_text(json.dumps({"cases": cases}))
+    log = root / "launcher.log"
+    with open(log, "wb") as out:
+        launcher = subprocess.Popen([sys.executable, "-m", "tests.ranks_cases.rank_main", str(path)], cwd=ROOT,
+                                    stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        launcher.wait(timeout=CASE_TIMEOUT * len(cases) + 60)  # each case is bounded by the launcher
+    except subprocess.TimeoutExpired:
+        pass
+    finally:
+        if launcher.poll() is None:
+            os.killpg(launcher.pid, signal.SIGKILL)  # the launcher and every rank it forked
+            launcher.wait()
+    return Launched(root, log)
 
 
 def alone(outputs: tuple[str, ...] = ("normalized", "ident"), n: int = N, **kwargs: Any) -> Any:
@@ -69,9 +110,13 @@ def _ok(results: list[dict[str, Any]]) -> None:
         assert "error" not in r, f"rank {r['rank']}: {r['error']['traceback']}"
 
 
+SHARE = {(world, workers): _case(f"share-{world}-{workers}", world, workers)
+         for world, workers in [(2, 0), (2, 2), (3, 0), (3, 2)]}
+
+
 @pytest.mark.parametrize("world,workers", [(2, 0), (2, 2), (3, 0), (3, 2)])
-def test_ranks_share_the_pass_and_agree_bitwise(tmp_path: Path, world: int, workers: int) -> None:
-    results = run_ranks(tmp_path, world, workers)
+def test_ranks_share_the_pass_and_agree_bitwise(launched: Launched, world: int, workers: int) -> None:
+    results = launched.results(SHARE[world, workers])
     _ok(results)
     single = alone().stats["stats"]
     want = {k: exact(getattr(single, k)) for k in ("mean", "std", "min", "max", "count")}
@@ -95,11 +140,14 @@ def _stats_of(loader: Any) -> dict[str, list[str]]:
     return {k: exact(getattr(s, k)) for k in ("mean", "std", "min", "max", "count")}
 
 
-def test_a_sample_failing_on_one_rank_is_left_out_on_every_rank(tmp_path: Path) -> None:
+FAILING_ON_ONE_RANK = _case("skip-on-one-rank", 2, on_error="skip", env={"FD_FAIL": "1:250"})
+
+
+def test_a_sample_failing_on_one_rank_is_left_out_on_every_rank(launched: Launched) -> None:
     # The issue's reproducer: under on_error="skip", a transient error on one rank only used
     # to give the ranks different statistics and different sample lists (samples delivered
     # twice, others never). Sample 250 is rank 1's in pass 1 (blocks 3 and 4).
-    results = run_ranks(tmp_path, 2, on_error="skip", env={"FD_FAIL": "1:250"})
+    results = launched.results(FAILING_ON_ONE_RANK)
     _ok(results)
     os.environ["FD_FAIL"] = "*:250"
     try:
@@ -112,10 +160,15 @@ def test_a_sample_failing_on_one_rank_is_left_out_on_every_rank(tmp_path: Path) 
     assert sorted(delivered) == [i for i in range(N) if i != 250]
 
 
+STOPS = {(world, workers): _case(f"stops-{world}-{workers}", world, workers,
+                                 env={"FD_FAIL": "1:200", "FD_SLOW": "0.02"})
+         for world, workers in [(3, 0), (2, 2)]}
+
+
 @pytest.mark.parametrize("world,workers", [(3, 0), (2, 2)])
-def test_a_failure_on_one_rank_stops_every_rank(tmp_path: Path, world: int, workers: int) -> None:
+def test_a_failure_on_one_rank_stops_every_rank(launched: Launched, world: int, workers: int) -> None:
     # Rank 1 fails on its 9th sample; rank 0 (192 samples of 20 ms) stops long before its end.
-    results = run_ranks(tmp_path, world, workers, env={"FD_FAIL": "1:200", "FD_SLOW": "0.02"})
+    results = launched.results(STOPS[world, workers])
     errors = [r.get("error") for r in results]
     assert errors[1] is not None and errors[1]["type"] == "SampleError"
     assert "node 'feature'" in errors[1]["message"] and "sample 200" in errors[1]["message"]
@@ -127,12 +180,17 @@ def test_a_failure_on_one_rank_stops_every_rank(tmp_path: Path, world: int, work
     assert len(results[0]["pass1"]) < 150
 
 
+UNEVEN = {(n, world, fail): _case(f"uneven-{ident}", world, n=n, outputs=("normalized", "ident", "word_id"),
+                                  on_error="skip", env={"FD_FAIL": fail})
+          for (n, world, fail), ident in [((70, 3, ""), "empty-rank"), ((130, 2, "*:128,*:129"), "all-skipped")]}
+
+
 @pytest.mark.parametrize("n,world,fail", [(70, 3, ""), (130, 2, "*:128,*:129")], ids=["empty-rank", "all-skipped"])
-def test_uneven_and_empty_shares_give_the_same_statistics(tmp_path: Path, n: int, world: int, fail: str) -> None:
+def test_uneven_and_empty_shares_give_the_same_statistics(launched: Launched, n: int, world: int, fail: str) -> None:
     # 70 samples are 2 blocks: rank 2 of 3 computes nothing. 130 samples over 2 ranks: rank 1
     # has samples 128 and 129, and both fail.
     outputs = ("normalized", "ident", "word_id")
-    results = run_ranks(tmp_path, world, n=n, outputs=outputs, on_error="skip", env={"FD_FAIL": fail})
+    results = launched.results(UNEVEN[n, world, fail])
     _ok(results)
     os.environ["FD_FAIL"] = fail
     try:
@@ -149,8 +207,11 @@ def test_uneven_and_empty_shares_give_the_same_statistics(tmp_path: Path, n: int
     assert sorted(i for r in results for i in r["delivered"]) == [i for i in range(n) if i not in skipped]
 
 
-def test_a_plain_collect_is_computed_whole_by_every_rank(tmp_path: Path) -> None:
-    results = run_ranks(tmp_path, 2, outputs=("scaled", "ident"))
+PLAIN_COLLECT = _case("plain-collect", 2, outputs=("scaled", "ident"))
+
+
+def test_a_plain_collect_is_computed_whole_by_every_rank(launched: Launched) -> None:
+    results = launched.results(PLAIN_COLLECT)
     _ok(results)
     want = float(alone(("scaled", "ident")).stats["largest"]).hex()
     assert [r["largest"] for r in results] == [want, want]
@@ -158,20 +219,28 @@ def test_a_plain_collect_is_computed_whole_by_every_rank(tmp_path: Path) -> None
     assert sorted(i for r in results for i in r["delivered"]) == list(range(N))
 
 
-def test_ranks_that_skip_different_samples_of_a_whole_pass_raise_alike(tmp_path: Path) -> None:
-    results = run_ranks(tmp_path, 2, outputs=("scaled", "ident"), on_error="skip", env={"FD_FAIL": "1:7"})
+SKIP_DIFFERENT = _case("skip-different", 2, outputs=("scaled", "ident"), on_error="skip", env={"FD_FAIL": "1:7"})
+
+
+def test_ranks_that_skip_different_samples_of_a_whole_pass_raise_alike(launched: Launched) -> None:
+    results = launched.results(SKIP_DIFFERENT)
     for r in results:
         assert r["error"]["type"] == "FlowdataError"
         assert "the 2 ranks skipped different samples in pass 1 of group 'item'" in r["error"]["message"]
         assert "sample 7: skipped on rank(s) 1 only" in r["error"]["message"]
 
 
-def test_the_pass_cache_is_written_once_and_read_by_every_rank(tmp_path: Path) -> None:
-    cache = tmp_path / "cache"
-    first = run_ranks(tmp_path, 2, cache_dir=str(cache))
+# Written by the ranks of one case, read by those of another: other processes, as another job's.
+CACHE_WRITE = _case("cache-write", 2, cache_dir="{root}/cache")
+CACHE_READ = _case("cache-read", 2, cache_dir="{root}/cache")
+
+
+def test_the_pass_cache_is_written_once_and_read_by_every_rank(launched: Launched) -> None:
+    first = launched.results(CACHE_WRITE)
     _ok(first)
-    assert len(list(cache.glob("pass-*"))) == 1
-    again = run_ranks(tmp_path, 2, cache_dir=str(cache))
+    written = launched.ended(CACHE_WRITE)["cache"]  # as the writing ranks left it
+    assert len(written) == 1, written
+    again = launched.results(CACHE_READ)
     _ok(again)
     assert [r["pass1"] for r in again] == [[], []]  # every rank read it; nobody computed
     assert [r["stats"] for r in again] == [r["stats"] for r in first]
@@ -208,8 +277,11 @@ def test_block_states_past_the_budget_wait_on_disk_and_merge_bitwise_alike() -> 
     assert glob.glob(f"{kept._folder}/*.state") == []  # each removed once read
 
 
-def test_a_streamed_source_is_computed_whole_by_every_rank(tmp_path: Path) -> None:
-    results = run_ranks(tmp_path, 2, 2, streaming=True)
+STREAMED = _case("streamed", 2, 2, streaming=True)
+
+
+def test_a_streamed_source_is_computed_whole_by_every_rank(launched: Launched) -> None:
+    results = launched.results(STREAMED)
     _ok(results)
     want = _stats_of(alone())
     assert [r["stats"] for r in results] == [want, want]
