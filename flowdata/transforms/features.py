@@ -1,12 +1,8 @@
-"""Feature transforms: small ``nn.Module`` s that work on one sample or a batch.
+"""Feature transforms that are not spatial: normalisation and audio.
 
-Every transform is a :class:`FeatureTransform` — an ``nn.Module`` with ``forward(x) -> x``
-— so they compose with ``nn.Sequential``, pickle, save through ``state_dict`` (loadable
-with ``torch.load(weights_only=True)``), and move with ``.to(device)``. They act on the
-trailing dimensions, so the same module takes ``[C, H, W]`` or ``[N, C, H, W]``, ``[T]`` or
-``[N, T]``. Random transforms take a ``torch.Generator`` (pass ``sample_rng``) so their
-randomness is reproducible per sample. Where torchaudio or torchvision already do the
-maths, these wrap them.
+Each is a :class:`FeatureTransform`, an ``nn.Module`` acting on the trailing dimensions, so
+the same module takes ``[C, H, W]`` or ``[N, C, H, W]``, ``[T]`` or ``[N, T]``. Where
+torchaudio already does the maths, these wrap it.
 """
 
 from __future__ import annotations
@@ -19,21 +15,18 @@ from torch import nn
 
 _log = logging.getLogger("flowdata")
 
-__all__ = [
-    "CenterCrop",
-    "FeatureTransform",
-    "LogMel",
-    "Normalize",
-    "PadOrTrim",
-    "RandomCrop",
-    "RandomHorizontalFlip",
-    "Resample",
-    "Resize",
-]
+__all__ = ["FeatureTransform", "LogMel", "Normalize", "PadOrTrim", "Resample"]
 
 
 class FeatureTransform(nn.Module):
-    """Base of flowdata's transforms: ``forward(x: Tensor) -> Tensor`` on trailing dimensions."""
+    """Base of flowdata's transforms: ``forward(x: Tensor) -> Tensor`` on trailing dimensions.
+
+    A transform whose ``forward`` draws random numbers takes ``forward(x, generator=None)``
+    and sets ``random = True``: :class:`~flowdata.transforms.Compose` passes its generator
+    to those members only.
+    """
+
+    random: bool = False
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # pragma: no cover - abstract
         raise NotImplementedError
@@ -122,60 +115,3 @@ class LogMel(FeatureTransform):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return torch.log(self.mel(x) + self.eps)
-
-
-class Resize(FeatureTransform):
-    """Resizes ``[..., C, H, W]`` to ``size`` (bilinear, antialiased; torchvision's maths)."""
-
-    def __init__(self, size: int | tuple[int, int]):
-        super().__init__()
-        self.size = (size, size) if isinstance(size, int) else tuple(size)
-        # torchvision takes about a second to import: do it where the transform is built
-        # (usually the main process, before workers fork and inherit it), not per worker.
-        import torchvision.transforms.v2.functional  # noqa: F401
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        import torchvision.transforms.v2.functional as F
-
-        return F.resize(x, list(self.size), antialias=True)  # type: ignore[no-any-return]
-
-
-class CenterCrop(FeatureTransform):
-    """Crops the centre ``size`` of ``[..., H, W]``."""
-
-    def __init__(self, size: int | tuple[int, int]):
-        super().__init__()
-        self.size = (size, size) if isinstance(size, int) else tuple(size)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        h, w = self.size
-        top = (x.shape[-2] - h) // 2
-        left = (x.shape[-1] - w) // 2
-        return x[..., top : top + h, left : left + w]
-
-
-class RandomCrop(FeatureTransform):
-    """Crops a random ``size`` window of ``[..., H, W]``, drawn from ``generator``."""
-
-    def __init__(self, size: int | tuple[int, int]):
-        super().__init__()
-        self.size = (size, size) if isinstance(size, int) else tuple(size)
-
-    def forward(self, x: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
-        h, w = self.size
-        top = int(torch.randint(0, x.shape[-2] - h + 1, (1,), generator=generator))
-        left = int(torch.randint(0, x.shape[-1] - w + 1, (1,), generator=generator))
-        return x[..., top : top + h, left : left + w]
-
-
-class RandomHorizontalFlip(FeatureTransform):
-    """Flips ``[..., W]`` left-right with probability ``p``, drawn from ``generator``."""
-
-    def __init__(self, p: float = 0.5):
-        super().__init__()
-        self.p = float(p)
-
-    def forward(self, x: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
-        if float(torch.rand(1, generator=generator)) < self.p:
-            return x.flip(-1)
-        return x

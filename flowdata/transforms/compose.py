@@ -1,0 +1,287 @@
+"""``Compose``: transforms in order, each run of adjacent spatial ones fused into one resampling.
+
+A *run* is a maximal sequence of adjacent :class:`SpatialTransform` members. Its matrices
+compose into one map ``M = M_k ... M_1`` (Python floats), and the run is carried out once:
+
+- **exactly** when ``M`` takes output pixel centres to input pixel centres with no scaling
+  (crops, flips, pads, quarter turns, whole-pixel shifts): slicing and flipping, no
+  interpolation, no ``grid_sample``;
+- else by **one** ``grid_sample`` of the run's input at ``M^-1 p`` for every output pixel
+  centre ``p``, after an exact area reduction (``avg_pool2d`` by a whole factor, folded into
+  ``M``) where ``M`` shrinks by 2 or more along an axis and ``antialias`` is on.
+
+Other members (``Normalize``, a nested ``Compose``, any ``nn.Module``) run as themselves
+between runs. A ``Pad`` whose padding ``grid_sample`` cannot reproduce at the run's
+``padding_mode`` (reflect, a non-zero fill, replicate under zeros) runs on its own too.
+
+Random members draw from the generator given to the call, in member order; on a batch
+``[N, C, H, W]`` each sample draws its own parameters (run by run: sample 0's draws for
+the run, then sample 1's, ...), and the run becomes one batched ``grid_sample``. A batch
+may come with one generator per sample instead (a batch node's ``sample_rng``): each
+sample then draws from its own, exactly as it would alone. A fixed
+run's plan (its grid, or its slicing) is kept per input size, dtype and device.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+from torch import nn
+
+from flowdata.transforms.features import FeatureTransform
+from flowdata.transforms.sampling import (
+    IDENTITY, AffineMap, ExactPlan, Size, check_image, check_interpolable, compose, exact_plan, grid_theta, invert,
+    make_grid, outside_margins, pool_factors, sample_grid, scale, take_exact, zero_margins,
+)
+from flowdata.transforms.spatial import Pad, SpatialTransform, check_mode
+
+__all__ = ["Compose"]
+
+_MAX_PLANS = 64  # per-size plans kept by one Compose (one per input size, dtype and device)
+
+
+class _Memo:
+    """A Compose's derived work: its steps and its fixed runs' plans. Never pickled or
+    copied (a copy starts empty), so a Compose pickles, saves and digests by its arguments."""
+
+    def __init__(self) -> None:
+        self.steps: list[tuple[bool, tuple[nn.Module, ...]]] | None = None
+        self.plans: dict[tuple[Any, ...], _Plan] = {}
+
+    def __reduce__(self) -> tuple[type[_Memo], tuple[()]]:
+        return (_Memo, ())
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> _Memo:
+        return _Memo()
+
+
+class _Plan:
+    """How one sample goes through a run: an area reduction (or none), then slicing or one grid."""
+
+    __slots__ = ("exact", "factors", "grid", "margins", "out", "theta")
+
+    def __init__(self, inverse: AffineMap, size: Size, out: Size, antialias: bool, padding_mode: str):
+        self.out = out
+        self.factors = pool_factors(inverse) if antialias else (1, 1)
+        if self.factors != (1, 1):
+            inverse = compose(scale(1.0 / self.factors[1], 1.0 / self.factors[0]), inverse)  # as pool() maps
+            size = (-(-size[0] // self.factors[0]), -(-size[1] // self.factors[1]))
+        self.exact: ExactPlan | None = exact_plan(inverse, out)
+        self.theta = None if self.exact is not None else grid_theta(inverse, size, out)
+        self.grid: torch.Tensor | None = None
+        # zeros with no rotation or shear: sampled as "border", the rows and columns outside set to 0
+        self.margins = outside_margins(inverse, size, out) if self.theta is not None and padding_mode == "zeros" \
+            else None
+
+
+class Compose(FeatureTransform):
+    """Runs ``transforms`` in order, fusing each run of adjacent spatial transforms.
+
+    Args:
+        *transforms: ``nn.Module`` s (a single list or tuple of them also works). Spatial
+            ones (:class:`~flowdata.transforms.SpatialTransform`) fuse; others run as
+            themselves, random ones (``random = True``) with the call's generator.
+        mode: ``"bilinear"``, or ``"nearest"`` for label maps (values are kept; integer
+            tensors work).
+        padding_mode: ``grid_sample``'s ``"zeros"``, ``"border"`` or ``"reflection"`` (which
+            repeats the edge pixel): what a run sees outside its input.
+        fuse: ``False`` runs every transform on its own (each interpolating one
+            interpolates), with the same draws: the baseline, and a debugging aid.
+        antialias: Reduce the input by an exact area average first where a fused run
+            shrinks it by 2 or more (``"bilinear"`` only).
+
+    Call it as ``compose(x, generator)`` on ``[C, H, W]`` or ``[N, C, H, W]``; on a batch,
+    ``generator`` may also be a sequence of ``N`` generators, one per sample (a batch
+    node's ``sample_rng``), each sample drawing from its own: the batch then equals its
+    samples transformed one by one with their generators.
+    """
+
+    def __init__(self, *transforms: nn.Module, mode: str = "bilinear", padding_mode: str = "zeros",
+                 fuse: bool = True, antialias: bool = True):
+        super().__init__()
+        if len(transforms) == 1 and isinstance(transforms[0], (list, tuple)):
+            transforms = tuple(transforms[0])
+        for i, t in enumerate(transforms):
+            if not isinstance(t, nn.Module):
+                raise ValueError(f"Compose: transform {i} is a {type(t).__name__}, expected an nn.Module (a "
+                                 "FeatureTransform); fix: wrap a function in an nn.Module subclass, which pickles")
+        check_mode("Compose", mode, padding_mode)
+        self.transforms = nn.ModuleList(transforms)
+        self.mode = mode
+        self.padding_mode = padding_mode
+        self.fuse = bool(fuse)
+        self.antialias = bool(antialias)
+        self.random = any(bool(getattr(t, "random", False)) for t in transforms)
+        self._memo = _Memo()
+
+    def __repr__(self) -> str:
+        inner = ", ".join(repr(t) for t in self.transforms)
+        return f"Compose({inner}, mode={self.mode!r}, padding_mode={self.padding_mode!r}, fuse={self.fuse})"
+
+    def steps(self) -> list[tuple[bool, tuple[nn.Module, ...]]]:
+        """The members grouped as they run: ``(True, run)`` for a run of spatial transforms,
+        ``(False, (member,))`` for a member that runs as itself."""
+        if self._memo.steps is None:
+            steps: list[tuple[bool, tuple[nn.Module, ...]]] = []
+            run: list[nn.Module] = []
+            for t in self.transforms:
+                alone = isinstance(t, Pad) and t.fused_padding() != self.padding_mode
+                if isinstance(t, SpatialTransform) and not alone:
+                    run.append(t)
+                    continue
+                if run:
+                    steps.append((True, tuple(run)))
+                    run = []
+                steps.append((False, (t,)))
+            if run:
+                steps.append((True, tuple(run)))
+            self._memo.steps = steps
+        return self._memo.steps
+
+    def forward(self, x: torch.Tensor, generator: torch.Generator | Sequence[torch.Generator] | None = None
+                ) -> torch.Tensor:
+        check_image(x, "Compose")
+        generator = _generators(x, generator)
+        for is_run, members in self.steps():
+            if is_run:
+                x = self._fused(x, members, generator) if self.fuse else self._unfused(x, members, generator)
+            else:
+                t = members[0]
+                if not getattr(t, "random", False):
+                    x = t(x)
+                elif isinstance(generator, list):  # each sample with its own generator
+                    x = torch.stack([t(x[n], g) for n, g in enumerate(generator)])
+                else:
+                    x = t(x, generator)
+        return x
+
+    # --- fuse=False: each member on its own, the same draws -----------------------------
+
+    def _unfused(self, x: torch.Tensor, run: tuple[nn.Module, ...], generator: _Generators) -> torch.Tensor:
+        if x.dim() == 4 and any(getattr(t, "random", False) for t in run):
+            return torch.stack([self._unfused(x[n], run, generator[n] if isinstance(generator, list) else generator)
+                                for n in range(x.shape[0])])
+        one = None if isinstance(generator, list) else generator  # a list: no member here draws
+        for t in run:
+            assert isinstance(t, SpatialTransform)
+            x = t.run_alone(x, one if t.random else None, self.mode, self.padding_mode)
+        return x
+
+    # --- fused ----------------------------------------------------------------------------
+
+    def _chain(self, run: tuple[nn.Module, ...], size: Size, generator: torch.Generator | None
+               ) -> tuple[AffineMap, Size]:
+        m = IDENTITY
+        for t in run:
+            step, size = t._affine(size, generator if t.random else None)  # type: ignore[operator]
+            m = compose(step, m)
+        return m, size
+
+    def _plan(self, run: tuple[nn.Module, ...], size: Size, generator: torch.Generator | None) -> _Plan:
+        m, out = self._chain(run, size, generator)
+        return _Plan(invert(m, "Compose"), size, out, self.antialias and self.mode == "bilinear", self.padding_mode)
+
+    def _fused(self, x: torch.Tensor, run: tuple[nn.Module, ...], generator: _Generators) -> torch.Tensor:
+        size = (x.shape[-2], x.shape[-1])
+        if not any(getattr(t, "random", False) for t in run):
+            key = (id(run), size, x.dtype, x.device)  # a run's tuple lives as long as the memo
+            plan = self._memo.plans.get(key)
+            if plan is None:
+                if len(self._memo.plans) >= _MAX_PLANS:
+                    self._memo.plans.clear()
+                plan = self._memo.plans[key] = self._plan(run, size, None)
+            return self._one(x, plan, cache=True)
+        if x.dim() == 3:
+            assert not isinstance(generator, list)
+            return self._one(x, self._plan(run, size, generator), cache=False)
+        own = generator if isinstance(generator, list) else [generator] * x.shape[0]
+        return self._batch(x, [self._plan(run, size, g) for g in own])
+
+    def _one(self, x: torch.Tensor, plan: _Plan, cache: bool) -> torch.Tensor:
+        """One plan for the whole of ``x`` (a sample, or a batch under a fixed run)."""
+        if plan.factors != (1, 1):
+            check_interpolable(x, self.mode, "Compose")
+            x4 = x if x.dim() == 4 else x[None]
+            x4 = torch.nn.functional.avg_pool2d(x4, plan.factors, stride=plan.factors, ceil_mode=True)
+            x = x4 if x.dim() == 4 else x4[0]
+        if plan.exact is not None:
+            return take_exact(x, plan.exact, self.padding_mode)
+        check_interpolable(x, self.mode, "Compose")
+        grid = plan.grid
+        dtype = x.dtype if x.is_floating_point() else torch.float64
+        if grid is None or grid.dtype != dtype or grid.device != x.device:
+            assert plan.theta is not None
+            grid = make_grid([plan.theta], plan.out, dtype, x.device)
+            if cache:
+                plan.grid = grid
+        padding = "border" if plan.margins is not None else self.padding_mode
+        y = sample_grid(x if x.dim() == 4 else x[None], grid, self.mode, padding)
+        if plan.margins is not None:
+            zero_margins(y, plan.margins)
+        return y if x.dim() == 4 else y[0]
+
+    def _batch(self, x: torch.Tensor, plans: list[_Plan]) -> torch.Tensor:
+        """A plan per sample: exact ones slice each sample, the rest share batched grid_samples
+        (one per area-reduction factor; usually one)."""
+        if all(p.exact is not None for p in plans) and all(p.factors == (1, 1) for p in plans):
+            return torch.stack([take_exact(x[n], p.exact, self.padding_mode)  # type: ignore[arg-type]
+                                for n, p in enumerate(plans)])
+        check_interpolable(x, self.mode, "Compose")
+        groups: dict[tuple[tuple[int, int], bool], list[int]] = {}
+        for n, p in enumerate(plans):
+            groups.setdefault((p.factors, p.margins is not None), []).append(n)
+        out: torch.Tensor | None = None
+        dtype = x.dtype if x.is_floating_point() else torch.float64
+        for (factors, aligned), idx in groups.items():
+            xs = x if len(idx) == x.shape[0] else x[idx]
+            if factors != (1, 1):
+                xs = torch.nn.functional.avg_pool2d(xs, factors, stride=factors, ceil_mode=True)
+            thetas = [_theta(plans[n], xs) for n in idx]
+            padding = "border" if aligned else self.padding_mode
+            y = sample_grid(xs, make_grid(thetas, plans[0].out, dtype, x.device), self.mode, padding)
+            for k, n in enumerate(idx):
+                margins = plans[n].margins
+                if margins is not None:
+                    zero_margins(y[k], margins)
+            if len(idx) == x.shape[0]:
+                return y
+            if out is None:
+                out = y.new_empty((x.shape[0], *y.shape[1:]))
+            out[idx] = y
+        assert out is not None
+        return out
+
+
+_Generators = torch.Generator | list[torch.Generator] | None
+
+
+def _generators(x: torch.Tensor, generator: torch.Generator | Sequence[torch.Generator] | None) -> _Generators:
+    """The call's generator, or its list of one generator per sample of a batch (checked)."""
+    if generator is None or isinstance(generator, torch.Generator):
+        return generator
+    gens = list(generator)
+    if x.dim() != 4 or len(gens) != x.shape[0] or not all(isinstance(g, torch.Generator) for g in gens):
+        what = f"a batch of {x.shape[0]}" if x.dim() == 4 else f"a single image {tuple(x.shape)}"
+        raise ValueError(f"Compose: generator is a sequence of {len(gens)} (expected one torch.Generator per "
+                         f"sample), but x is {what}; fix: pass one generator, or one per sample of an "
+                         "[N, C, H, W] batch (a batch node's sample_rng)")
+    return gens
+
+
+def _theta(plan: _Plan, x: torch.Tensor) -> tuple[float, ...]:
+    """A plan's normalised map; an exact plan's too, for a sample batched with samples that
+    interpolate (its grid then lands on pixel centres)."""
+    if plan.theta is not None:
+        return plan.theta
+    e = plan.exact
+    assert e is not None
+    # the inverse map back from the plan: col = col0 + col_step * (j or i), centres at +0.5
+    if e.transpose:
+        inverse = (0.0, float(e.col_step), e.col0 + 0.5 - 0.5 * e.col_step, float(e.row_step), 0.0,
+                   e.row0 + 0.5 - 0.5 * e.row_step)
+    else:
+        inverse = (float(e.col_step), 0.0, e.col0 + 0.5 - 0.5 * e.col_step, 0.0, float(e.row_step),
+                   e.row0 + 0.5 - 0.5 * e.row_step)
+    return grid_theta(inverse, (x.shape[-2], x.shape[-1]), plan.out)

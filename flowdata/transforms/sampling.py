@@ -1,0 +1,302 @@
+"""Resampling an image through an affine map: the 3x3 maths, the exact path, the grid path.
+
+Coordinates are continuous pixel coordinates: ``x`` is the column, ``y`` the row, the image
+``[..., H, W]`` covers ``[0, W] x [0, H]`` and pixel ``(i, j)`` has its centre at
+``(j + 0.5, i + 0.5)`` (``align_corners=False``, the convention of ``interpolate`` and
+torchvision). A map says what a transform *does*: it takes an input point to the output
+point. An output image is made by sampling the input at ``inverse(map)(p)`` for every output
+pixel centre ``p``.
+
+Maps are 6-tuples of Python floats ``(a, b, c, d, e, f)``, ``x' = a x + b y + c`` and
+``y' = d x + e y + f`` (the first two rows of the 3x3 matrix): composing them costs well
+under a microsecond, where 3x3 tensors would cost tens (this runs once per sample).
+
+:func:`exact_plan` recognises a map that takes pixel centres to pixel centres with no
+scaling (crops, flips, pads, translations by whole pixels, quarter turns): such a map is
+carried out by slicing and flipping, with no interpolation. Every other map is carried out
+by one ``grid_sample`` (:func:`grid_theta`, :func:`sample_grid`), after an optional exact
+area reduction (:func:`pool_factors`) when it shrinks the image by 2 or more.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+__all__ = [
+    "IDENTITY", "AffineMap", "ExactPlan", "Size", "compose", "exact_plan", "grid_theta", "invert",
+    "outside_margins", "pool", "pool_factors", "resample", "sample_grid", "scale", "take_exact", "to_matrix", "translate", "zero_margins",
+]
+
+AffineMap = tuple[float, float, float, float, float, float]
+Size = tuple[int, int]  # (height, width), as in a tensor's shape
+
+IDENTITY: AffineMap = (1.0, 0.0, 0.0, 0.0, 1.0, 0.0)
+MODES = ("bilinear", "nearest")
+PADDING_MODES = ("zeros", "border", "reflection")
+_EPS = 1e-6  # how far from a whole number a coordinate may be and still count as exact
+
+
+def translate(tx: float, ty: float) -> AffineMap:
+    """The map moving every point by ``(tx, ty)``."""
+    return (1.0, 0.0, float(tx), 0.0, 1.0, float(ty))
+
+
+def scale(sx: float, sy: float) -> AffineMap:
+    """The map scaling x by ``sx`` and y by ``sy`` about the origin (the top-left corner)."""
+    return (float(sx), 0.0, 0.0, 0.0, float(sy), 0.0)
+
+
+def compose(after: AffineMap, before: AffineMap) -> AffineMap:
+    """``after`` applied to the result of ``before`` (the matrix product ``after @ before``)."""
+    a2, b2, c2, d2, e2, f2 = after
+    a1, b1, c1, d1, e1, f1 = before
+    return (a2 * a1 + b2 * d1, a2 * b1 + b2 * e1, a2 * c1 + b2 * f1 + c2,
+            d2 * a1 + e2 * d1, d2 * b1 + e2 * e1, d2 * c1 + e2 * f1 + f2)
+
+
+def invert(m: AffineMap, who: str = "the map") -> AffineMap:
+    """The inverse map; a ValueError for a singular one (a scale of 0)."""
+    a, b, c, d, e, f = m
+    det = a * e - b * d
+    if abs(det) < 1e-12:
+        raise ValueError(f"{who}: the matrix is singular (determinant {det:g}), so no image can be sampled "
+                         "through it; fix: give a non-zero scale")
+    ia, ib, id_, ie = e / det, -b / det, -d / det, a / det
+    return (ia, ib, -(ia * c + ib * f), id_, ie, -(id_ * c + ie * f))
+
+
+def to_matrix(m: AffineMap) -> torch.Tensor:
+    """The 3x3 float64 matrix of a map (what ``as_matrix`` returns)."""
+    a, b, c, d, e, f = m
+    return torch.tensor([[a, b, c], [d, e, f], [0.0, 0.0, 1.0]], dtype=torch.float64)
+
+
+def cos_sin(degrees: float) -> tuple[float, float]:
+    """``cos`` and ``sin`` of an angle in degrees, exact for multiples of 90 (``cos(pi/2)``
+    is 6e-17 in floats, which would turn a quarter turn into an interpolation)."""
+    quarter = degrees / 90.0
+    if abs(quarter - round(quarter)) < 1e-12:
+        return ((1.0, 0.0), (0.0, 1.0), (-1.0, 0.0), (0.0, -1.0))[round(quarter) % 4]
+    rad = math.radians(degrees)
+    return math.cos(rad), math.sin(rad)
+
+
+# --- the exact path -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ExactPlan:
+    """``out[i, j] = x[row, col]``: ``row = row0 + row_step * k`` and ``col = col0 + col_step * l``,
+    with ``(k, l) = (i, j)``, or ``(j, i)`` when ``transpose`` (a quarter turn)."""
+
+    transpose: bool
+    row0: int
+    row_step: int
+    col0: int
+    col_step: int
+    out: Size
+
+
+def _whole(v: float) -> int | None:
+    r = round(v)
+    return int(r) if abs(v - r) < _EPS else None
+
+
+def exact_plan(inverse: AffineMap, out: Size) -> ExactPlan | None:
+    """The slicing that carries out ``inverse`` (output point -> input point) exactly, or None
+    when it does not take every output pixel centre to an input pixel centre."""
+    c, f = inverse[2], inverse[5]
+    a, b, d, e = _whole(inverse[0]), _whole(inverse[1]), _whole(inverse[3]), _whole(inverse[4])
+    if a is None or b is None or d is None or e is None:
+        return None
+    if abs(a) + abs(b) != 1 or abs(d) + abs(e) != 1 or abs(a) + abs(d) != 1:
+        return None  # not a signed permutation: a scale or a shear
+    # a centre (k + 0.5) lands on col = step * k + (c + 0.5 * step - 0.5): whole, or not exact
+    if a != 0:  # no transpose: col follows j, row follows i
+        col0, row0 = _whole(c + 0.5 * a - 0.5), _whole(f + 0.5 * e - 0.5)
+        transpose, row_step, col_step = False, e, a
+    else:  # col follows i, row follows j
+        col0, row0 = _whole(c + 0.5 * b - 0.5), _whole(f + 0.5 * d - 0.5)
+        transpose, row_step, col_step = True, d, b
+    if col0 is None or row0 is None:
+        return None
+    return ExactPlan(transpose, row0, row_step, col0, col_step, out)
+
+
+def _span(start: int, step: int, n: int) -> tuple[int, int]:
+    end = start + step * (n - 1)
+    return min(start, end), max(start, end)
+
+
+def _boundary_index(lo: int, hi: int, n: int, padding_mode: str, device: torch.device) -> torch.Tensor:
+    idx = torch.arange(lo, hi + 1, device=device)
+    if padding_mode == "border":
+        return idx.clamp_(0, n - 1)
+    # grid_sample's reflection at align_corners=False reflects about the pixel edges: the
+    # edge pixel repeats (a b c | c b a), with period 2n
+    m = idx.remainder(2 * n)
+    return torch.where(m < n, m, 2 * n - 1 - m)
+
+
+def take_exact(x: torch.Tensor, plan: ExactPlan, padding_mode: str) -> torch.Tensor:
+    """Carries out an exact plan on ``[..., H, W]`` by slicing, flipping and padding: no
+    interpolation, so the values are the input's, bit for bit. A plan inside the image gives
+    a view (as slicing does), or a flipped copy."""
+    h, w = x.shape[-2], x.shape[-1]
+    n_rows, n_cols = (plan.out[1], plan.out[0]) if plan.transpose else plan.out
+    r_lo, r_hi = _span(plan.row0, plan.row_step, n_rows)
+    c_lo, c_hi = _span(plan.col0, plan.col_step, n_cols)
+    if r_lo >= 0 and c_lo >= 0 and r_hi < h and c_hi < w:
+        y = x[..., r_lo : r_hi + 1, c_lo : c_hi + 1]
+    elif padding_mode == "zeros":
+        inside = x[..., max(r_lo, 0) : max(min(r_hi, h - 1) + 1, 0), max(c_lo, 0) : max(min(c_hi, w - 1) + 1, 0)]
+        rows_in, cols_in = inside.shape[-2], inside.shape[-1]
+        top, left = min(max(-r_lo, 0), n_rows), min(max(-c_lo, 0), n_cols)
+        pad = (left, n_cols - cols_in - left, top, n_rows - rows_in - top)
+        y = F.pad(inside, pad)  # constant 0: works for every dtype
+    else:
+        y = x.index_select(-2, _boundary_index(r_lo, r_hi, h, padding_mode, x.device))
+        y = y.index_select(-1, _boundary_index(c_lo, c_hi, w, padding_mode, x.device))
+    flips = [dim for dim, step in ((-2, plan.row_step), (-1, plan.col_step)) if step < 0]
+    if flips:
+        y = y.flip(flips)
+    return y.transpose(-1, -2) if plan.transpose else y
+
+
+# --- the grid path --------------------------------------------------------------------------
+
+
+def pool_factors(inverse: AffineMap) -> tuple[int, int]:
+    """``(ky, kx)``: the whole number of input pixels, along y and x, that one output pixel
+    spans (its footprint ``|a| + |b|`` along x, ``|d| + |e|`` along y), at least 1."""
+    a, b, _, d, e, _ = inverse
+    return max(1, int(abs(d) + abs(e) + _EPS)), max(1, int(abs(a) + abs(b) + _EPS))
+
+
+def pool(x: torch.Tensor, factors: tuple[int, int], inverse: AffineMap) -> tuple[torch.Tensor, AffineMap]:
+    """An exact area reduction of ``[N, C, H, W]`` by ``factors`` (the mean of each block; a
+    partial block at the bottom or right is the mean of its pixels), and the inverse map
+    into the reduced image's coordinates."""
+    ky, kx = factors
+    reduced = F.avg_pool2d(x, (ky, kx), stride=(ky, kx), ceil_mode=True)
+    return reduced, compose(scale(1.0 / kx, 1.0 / ky), inverse)
+
+
+def grid_theta(inverse: AffineMap, size: Size, out: Size) -> tuple[float, float, float, float, float, float]:
+    """``inverse`` in ``affine_grid``'s normalised coordinates (``-1`` and ``1`` at the image's
+    edges): ``N_in @ inverse @ N_out^-1``."""
+    h, w = size
+    oh, ow = out
+    a, b, c, d, e, f = compose(inverse, (ow / 2.0, 0.0, ow / 2.0, 0.0, oh / 2.0, oh / 2.0))
+    return (2.0 * a / w, 2.0 * b / w, 2.0 * c / w - 1.0, 2.0 * d / h, 2.0 * e / h, 2.0 * f / h - 1.0)
+
+
+def _margins(step: float, offset: float, n_out: int, extent: int) -> tuple[int, int]:
+    def outside(k: int) -> bool:
+        q = step * (k + 0.5) + offset
+        return q < -_EPS or q > extent + _EPS
+
+    before = 0
+    while before < n_out and outside(before):
+        before += 1
+    after = 0
+    while after < n_out - before and outside(n_out - 1 - after):
+        after += 1
+    return before, after
+
+
+def outside_margins(inverse: AffineMap, size: Size, out: Size) -> tuple[int, int, int, int] | None:
+    """For a map with no rotation or shear: how many output rows (top, bottom) and columns
+    (left, right) have their centres outside the input's extent ``[0, W] x [0, H]``; None for
+    any other map.
+
+    ``grid_sample``'s zeros blend a point within half a pixel inside the edge with the zeros
+    beyond it, which darkens the edges of an upscaled image (``interpolate`` clamps there).
+    Such a map is sampled with ``"border"`` instead, and these rows and columns (a pad's) set
+    to 0: the unfused resize-then-pad, exactly at its edges.
+    """
+    a, b, c, d, e, f = inverse
+    if abs(b) > 1e-12 or abs(d) > 1e-12:
+        return None
+    top, bottom = _margins(e, f, out[0], size[0])
+    left, right = _margins(a, c, out[1], size[1])
+    return (top, bottom, left, right)
+
+
+def zero_margins(y: torch.Tensor, margins: tuple[int, int, int, int]) -> torch.Tensor:
+    """Sets the margins' rows and columns of ``[..., H, W]`` to 0, in place."""
+    top, bottom, left, right = margins
+    h, w = y.shape[-2], y.shape[-1]
+    if top:
+        y[..., :top, :] = 0
+    if bottom:
+        y[..., h - bottom :, :] = 0
+    if left:
+        y[..., :, :left] = 0
+    if right:
+        y[..., :, w - right :] = 0
+    return y
+
+
+def make_grid(thetas: list[tuple[float, ...]], out: Size, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """The sampling grid ``[len(thetas), H', W', 2]`` of normalised maps."""
+    theta = torch.tensor(thetas, dtype=dtype, device=device).view(-1, 2, 3)
+    return F.affine_grid(theta, [len(thetas), 1, out[0], out[1]], align_corners=False)
+
+
+def sample_grid(x: torch.Tensor, grid: torch.Tensor, mode: str, padding_mode: str) -> torch.Tensor:
+    """``grid_sample`` of ``[N, C, H, W]`` (a grid of one image serves the whole batch).
+    An integer image is sampled in float64 and rounded back (only ``mode="nearest"`` gets
+    here with one, so the values are the input's)."""
+    if grid.shape[0] == 1 and x.shape[0] > 1:
+        grid = grid.expand(x.shape[0], -1, -1, -1)
+    if x.is_floating_point():
+        return F.grid_sample(x, grid, mode=mode, padding_mode=padding_mode, align_corners=False)
+    y = F.grid_sample(x.double(), grid.double(), mode=mode, padding_mode=padding_mode, align_corners=False)
+    return y.round_().to(x.dtype)
+
+
+def check_image(x: torch.Tensor, who: str) -> None:
+    """A ValueError unless ``x`` is ``[C, H, W]`` or ``[N, C, H, W]``."""
+    if x.dim() not in (3, 4):
+        raise ValueError(f"{who}: expected an image [C, H, W] or a batch [N, C, H, W], got a {x.dim()}-D tensor "
+                         f"of shape {tuple(x.shape)}; fix: add the missing axes (x[None] for one channel)")
+
+
+def check_interpolable(x: torch.Tensor, mode: str, who: str) -> None:
+    """A ValueError for an integer image that would need bilinear interpolation."""
+    if mode != "nearest" and not x.is_floating_point():
+        raise ValueError(f"{who}: mode={mode!r} interpolates, which needs a floating-point image, got {x.dtype}; "
+                         "fix: convert it (x.float() / 255), or use mode='nearest' for a label map")
+
+
+def resample(x: torch.Tensor, forward: AffineMap, out: Size, mode: str = "bilinear", padding_mode: str = "zeros",
+             antialias: bool = False, who: str = "resample") -> torch.Tensor:
+    """``[C, H, W]`` or ``[N, C, H, W]`` (one map for all) carried through ``forward``: exactly
+    when it maps pixel centres to pixel centres, else by one ``grid_sample`` (after an exact
+    area reduction when ``antialias`` and it shrinks by 2 or more)."""
+    check_image(x, who)
+    inverse = invert(forward, who)
+    plan = exact_plan(inverse, out)
+    if plan is not None:
+        return take_exact(x, plan, padding_mode)
+    check_interpolable(x, mode, who)
+    x4 = x if x.dim() == 4 else x[None]
+    factors = pool_factors(inverse) if antialias and mode == "bilinear" else (1, 1)
+    if factors != (1, 1):
+        x4, inverse = pool(x4, factors, inverse)
+        plan = exact_plan(inverse, out)
+        if plan is not None:
+            y = take_exact(x4, plan, padding_mode)
+            return y if x.dim() == 4 else y[0]
+    grid = make_grid([grid_theta(inverse, (x4.shape[-2], x4.shape[-1]), out)], out, _grid_dtype(x4), x4.device)
+    y = sample_grid(x4, grid, mode, padding_mode)
+    return y if x.dim() == 4 else y[0]
+
+
+def _grid_dtype(x: torch.Tensor) -> torch.dtype:
+    return x.dtype if x.is_floating_point() else torch.float64

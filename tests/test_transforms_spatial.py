@@ -1,0 +1,370 @@
+"""flowdata.transforms' spatial transforms and Compose: matrices, fusion, the exact path."""
+
+from __future__ import annotations
+
+import io
+import math
+import pickle
+
+import pytest
+import torch
+import torch.nn.functional as F
+import torchvision.transforms.v2.functional as TF
+from torchvision.transforms import InterpolationMode
+
+from flowdata.cache import digest
+from flowdata.transforms import (
+    Affine,
+    CenterCrop,
+    Compose,
+    FeatureTransform,
+    HorizontalFlip,
+    Normalize,
+    Pad,
+    RandomAffine,
+    RandomCrop,
+    RandomHorizontalFlip,
+    Resize,
+    Rotate,
+)
+
+
+def smooth(h: int = 48, w: int = 48, c: int = 3) -> torch.Tensor:
+    """A smooth image: interpolation error is small on it, so fused and unfused compare."""
+    yy, xx = torch.meshgrid(torch.linspace(0, 1, h), torch.linspace(0, 1, w), indexing="ij")
+    return torch.stack([0.5 + 0.5 * torch.sin(3 * xx + 1.3 * k) * torch.cos(2 * yy - k) for k in range(c)])
+
+
+def seeded(seed: int = 0) -> torch.Generator:
+    return torch.Generator().manual_seed(seed)
+
+
+def apply_matrix(x: torch.Tensor, matrix: torch.Tensor, out: tuple[int, int], padding: str = "zeros") -> torch.Tensor:
+    """An independent reading of the convention: sample x at M^-1 p for every output pixel
+    centre p = (j + 0.5, i + 0.5), normalised so that -1 and 1 are the image's edges."""
+    h, w = x.shape[-2:]
+    i, j = torch.meshgrid(torch.arange(out[0], dtype=torch.float64), torch.arange(out[1], dtype=torch.float64),
+                          indexing="ij")
+    p = torch.stack([j + 0.5, i + 0.5, torch.ones_like(i)], -1)
+    q = p @ torch.linalg.inv(matrix).T
+    grid = torch.stack([2 * q[..., 0] / w - 1, 2 * q[..., 1] / h - 1], -1)[None].float()
+    return F.grid_sample(x[None], grid, mode="bilinear", padding_mode=padding, align_corners=False)[0]
+
+
+# --- matrices --------------------------------------------------------------------------------
+
+
+def test_as_matrix_of_each_transform() -> None:
+    def rows(t: object, size: tuple[int, int], g: torch.Generator | None = None) -> tuple[list[list[float]], tuple[int, int]]:
+        m, out = t.as_matrix(size, g)  # type: ignore[attr-defined]
+        assert m.dtype == torch.float64 and m.shape == (3, 3) and m[2].tolist() == [0, 0, 1]
+        return m[:2].tolist(), out
+
+    assert rows(Resize((20, 10)), (40, 30)) == ([[1 / 3, 0, 0], [0, 0.5, 0]], (20, 10))
+    assert rows(Resize(16, short_side=True), (32, 48)) == ([[0.5, 0, 0], [0, 0.5, 0]], (16, 24))
+    assert rows(CenterCrop(4), (10, 9)) == ([[1, 0, -2], [0, 1, -3]], (4, 4))
+    assert rows(Pad((1, 2, 3, 4)), (10, 10)) == ([[1, 0, 1], [0, 1, 2]], (16, 14))
+    assert rows(Pad(2), 10) == ([[1, 0, 2], [0, 1, 2]], (14, 14))
+    assert rows(HorizontalFlip(), (5, 8)) == ([[-1, 0, 8], [0, 1, 0]], (5, 8))
+    # a quarter turn is snapped to exact zeros and ones (counter-clockwise: +x goes to -y)
+    assert rows(Rotate(90), (6, 6)) == ([[0, 1, 0], [-1, 0, 6]], (6, 6))
+    m, _ = rows(Rotate(30), (10, 20))
+    c, s = math.cos(math.radians(30)), math.sin(math.radians(30))
+    assert m[0][:2] == pytest.approx([c, s]) and m[1][:2] == pytest.approx([-s, c])
+    # about the centre (10, 5): it stays where it is
+    assert m[0][0] * 10 + m[0][1] * 5 + m[0][2] == pytest.approx(10)
+    assert m[1][0] * 10 + m[1][1] * 5 + m[1][2] == pytest.approx(5)
+    # random ones draw as they do alone: RandomCrop's top then left, one rand for the flip
+    m, out = rows(RandomCrop((3, 4)), (10, 12), seeded(7))
+    g = seeded(7)
+    top, left = int(torch.randint(0, 8, (1,), generator=g)), int(torch.randint(0, 9, (1,), generator=g))
+    assert (m, out) == ([[1, 0, -left], [0, 1, -top]], (3, 4))
+    flips = {rows(RandomHorizontalFlip(), (4, 4), seeded(s))[0][0][0] for s in range(20)}
+    assert flips == {1.0, -1.0}
+    a, _ = RandomAffine(30, translate=(0.1, 0.1), scale=(0.5, 2.0), shear=10).as_matrix(32, seeded(3))
+    b, _ = RandomAffine(30, translate=(0.1, 0.1), scale=(0.5, 2.0), shear=10).as_matrix(32, seeded(3))
+    assert torch.equal(a, b) and not torch.equal(a, RandomAffine(30).as_matrix(32, seeded(4))[0])
+
+
+@pytest.mark.parametrize("make", [
+    lambda: CenterCrop((5, 7)), lambda: Pad((1, 2, 3, 4)), lambda: HorizontalFlip(), lambda: Rotate(90),
+    lambda: Rotate(23), lambda: Affine(10, (2, -1), 1.1, (4, 2)), lambda: Resize((70, 60)),
+    lambda: RandomCrop(6), lambda: RandomHorizontalFlip(0.5), lambda: RandomAffine(20, (0.1, 0.2), (0.9, 1.1), 5),
+])
+def test_each_transform_alone_is_its_matrix_applied(make: object) -> None:
+    t = make()  # type: ignore[operator]
+    x = smooth(20, 24)
+    matrix, out = t.as_matrix(x.shape[-2:], seeded(1))
+    alone = t(x, seeded(1))
+    assert alone.shape[-2:] == out
+    # Resize alone is torchvision's (antialiased; an upscale here, so the same bilinear
+    # weights), which clamps within the image's edges: border, where nothing is outside
+    padding = "border" if isinstance(t, Resize) else "zeros"
+    assert torch.allclose(alone, apply_matrix(x, matrix, out, padding), atol=2e-5)
+    assert torch.allclose(Compose(t)(x, seeded(1)), alone, atol=2e-5)  # fused, one member
+
+
+# --- torchvision -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("degrees", [15.0, -40.0, 90.0, 123.4])
+def test_rotate_agrees_with_torchvision(degrees: float) -> None:
+    x = smooth(30, 40)
+    ours = Rotate(degrees)(x)
+    theirs = TF.rotate(x, degrees, interpolation=InterpolationMode.BILINEAR)
+    assert (ours - theirs).abs().max() < 1e-4
+
+
+@pytest.mark.parametrize(("degrees", "translate", "scale", "shear"), [
+    (20.0, (0.0, 0.0), 1.0, (0.0, 0.0)),
+    (-10.0, (3.0, -2.0), 1.2, (5.0, 3.0)),
+    (0.0, (0.0, 0.0), 0.8, (15.0, 0.0)),
+])
+def test_affine_agrees_with_torchvision(degrees: float, translate: tuple[float, float], scale: float,
+                                        shear: tuple[float, float]) -> None:
+    x = smooth(32, 36)
+    ours = Affine(degrees, translate, scale, shear)(x)
+    theirs = TF.affine(x, angle=degrees, translate=list(translate), scale=scale, shear=list(shear),
+                       interpolation=InterpolationMode.BILINEAR)
+    assert (ours - theirs).abs().max() < 1e-4
+
+
+def test_quarter_turns_equal_rot90() -> None:
+    x = torch.rand(3, 12, 12)
+    for k in range(-2, 5):
+        assert torch.equal(Rotate(90 * k)(x), torch.rot90(x, k, (-2, -1)))
+        assert torch.equal(Compose(Rotate(90 * k))(x), torch.rot90(x, k, (-2, -1)))
+    tall = torch.rand(2, 6, 10)
+    assert torch.equal(Compose(Rotate(180), Rotate(180), Rotate(180))(tall), torch.rot90(tall, 2, (-2, -1)))
+
+
+# --- fusion ------------------------------------------------------------------------------------
+
+
+CHAIN = (Resize(56), Rotate(15), CenterCrop(40), HorizontalFlip())
+
+
+def test_fused_and_unfused_agree_on_smooth_images() -> None:
+    x = smooth(48, 48)
+    fused, unfused = Compose(*CHAIN)(x), Compose(*CHAIN, fuse=False)(x)
+    assert fused.shape == unfused.shape == (3, 40, 40)
+    diff = (fused - unfused).abs()
+    assert diff.mean() < 1e-3
+    assert diff[:, 6:-6, 6:-6].max() < 2e-3  # the rotated frame's edges blend with the zeros differently
+
+
+def test_a_chain_that_cancels_gives_the_image_back_when_fused() -> None:
+    x = smooth(40, 40)
+    chain = (Resize(80), Rotate(20), Rotate(-20), Resize(40))
+    fused = Compose(*chain)(x)
+    unfused = Compose(*chain, fuse=False)(x)
+    assert (fused - x).abs().mean() < 1e-3
+    assert (unfused - x).abs().mean() > 1e-2  # two rotations lose the corners, two resizes blur
+
+
+def test_one_grid_sample_per_run(monkeypatch: pytest.MonkeyPatch) -> None:
+    calls = []
+    real = F.grid_sample
+
+    def counting(*args: object, **kwargs: object) -> torch.Tensor:
+        calls.append(1)
+        return real(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(torch.nn.functional, "grid_sample", counting)
+    x = smooth(48, 48)
+    Compose(*CHAIN)(x)
+    assert len(calls) == 1
+    norm = Normalize([0.5] * 3, [0.2] * 3, dim=-3)
+    Compose(Rotate(10), Resize(40), norm, Rotate(-5), CenterCrop(30))(x)
+    assert len(calls) == 3  # two runs, Normalize between them
+
+
+def test_exact_path_slices_and_never_interpolates(monkeypatch: pytest.MonkeyPatch) -> None:
+    def refuse(*args: object, **kwargs: object) -> torch.Tensor:
+        raise AssertionError("grid_sample called on an exact run")
+
+    monkeypatch.setattr(torch.nn.functional, "grid_sample", refuse)
+    x = torch.rand(3, 20, 24)
+    out = Compose(Pad(2), CenterCrop(16), HorizontalFlip(), Rotate(90))(x)
+    padded = F.pad(x, (2, 2, 2, 2))  # 24 x 28
+    expected = torch.rot90(padded[..., 4:20, 6:22].flip(-1), 1, (-2, -1))
+    assert torch.equal(out, expected)
+    # a quarter turn of a non-square image keeps its frame (as torchvision's rotate): exact too
+    wide = Compose(Rotate(90))(x)
+    assert torch.equal(wide, TF.rotate(x, 90.0, interpolation=InterpolationMode.NEAREST))
+    # random crops and flips: the slicing the transforms do alone, bit for bit
+    aug = (Pad(4), RandomCrop(20), RandomHorizontalFlip())
+    for seed in range(6):
+        assert torch.equal(Compose(*aug)(x, seeded(seed)), Compose(*aug, fuse=False)(x, seeded(seed)))
+    # whole-pixel shifts past the edge, in each padding mode: what grid_sample would give
+    monkeypatch.undo()
+    for mode in ("zeros", "border", "reflection"):
+        theta = torch.tensor([[[1.0, 0.0, -2 * 3 / 24], [0.0, 1.0, 2 * 5 / 20]]])
+        grid = F.affine_grid(theta, [1, 3, 20, 24], align_corners=False)
+        expected = F.grid_sample(x[None], grid, padding_mode=mode, align_corners=False)[0]
+        assert torch.allclose(Compose(Affine(translate=(3, -5)), padding_mode=mode)(x), expected, atol=1e-6)
+
+
+def test_reflection_repeats_the_edge_pixel_unlike_torch_reflect() -> None:
+    x = torch.arange(5.0).reshape(1, 1, 5)
+    assert Compose(Affine(translate=(2, 0)), padding_mode="reflection")(x).flatten().tolist() == [1, 0, 0, 1, 2]
+    assert Pad((2, 0, 0, 0), "reflect")(x).flatten().tolist() == [2, 1, 0, 1, 2, 3, 4]
+
+
+def test_pads_fuse_only_where_grid_sample_matches_them() -> None:
+    def runs(c: Compose) -> list[int]:
+        return [len(members) if is_run else 0 for is_run, members in c.steps()]
+
+    assert runs(Compose(Pad(3), Rotate(10))) == [2]
+    assert runs(Compose(Pad(3, fill=1.0), Rotate(10))) == [0, 1]
+    assert runs(Compose(Pad(3, "reflect"), RandomCrop(8), HorizontalFlip())) == [0, 2]
+    assert runs(Compose(Pad(3, "replicate"), Rotate(10), padding_mode="border")) == [2]
+    assert runs(Compose(Pad(3, "replicate"), Rotate(10))) == [0, 1]
+    x = smooth(24, 24)
+    # replicate is grid_sample's border: fused equals the unfused chain
+    chain = (Pad(5, "replicate"), Rotate(30), CenterCrop(20))
+    fused, unfused = Compose(*chain, padding_mode="border")(x), Compose(*chain, padding_mode="border", fuse=False)(x)
+    assert (fused - unfused).abs().max() < 1e-4
+    # a reflect pad runs on its own, exactly, then the run
+    assert torch.equal(Compose(Pad(3, "reflect"), Rotate(10))(x), Rotate(10)(F.pad(x, (3, 3, 3, 3), mode="reflect")))
+
+
+def test_downscaling_is_antialiased() -> None:
+    board = ((torch.arange(256)[:, None] + torch.arange(256)[None]) % 2).float()[None]
+    assert Compose(Resize(30))(board).std() < 0.01  # an exact 8x area reduction, then 256/8 -> 30
+    assert Compose(Resize(30), antialias=False)(board).std() > 0.1  # grid_sample alone aliases
+    assert Compose(Resize(30), mode="nearest")(board).std() > 0.1  # label maps are never averaged
+    # a whole factor is the area average itself, with no interpolation
+    x = torch.rand(3, 64, 64)
+    assert torch.allclose(Compose(Resize(16))(x), F.avg_pool2d(x[None], 4)[0], atol=1e-6)
+
+
+def test_nearest_keeps_label_values() -> None:
+    labels = torch.randint(0, 3, (1, 30, 34)) * 7
+    out = Compose(Rotate(17), Resize((41, 25)), RandomAffine(20, scale=(0.7, 1.3)), mode="nearest")(labels, seeded(0))
+    assert out.dtype == torch.int64 and set(out.unique().tolist()) <= {0, 7, 14}
+    floats = labels.float() + 0.5
+    out = Compose(Rotate(33), Resize(20), mode="nearest", padding_mode="border")(floats)
+    assert set(out.unique().tolist()) <= set(floats.unique().tolist())
+
+
+# --- randomness and batches ----------------------------------------------------------------------
+
+
+RANDOM = (RandomAffine(25, translate=(0.1, 0.1), scale=(0.8, 1.2), shear=5), RandomCrop(28),
+          RandomHorizontalFlip(), Resize(32))
+
+
+def test_same_seed_same_output_and_fused_unfused_draw_alike() -> None:
+    x = smooth(40, 40)
+    fused, unfused = Compose(*RANDOM), Compose(*RANDOM, fuse=False)
+    assert torch.equal(fused(x, seeded(5)), fused(x, seeded(5)))
+    assert not torch.equal(fused(x, seeded(5)), fused(x, seeded(6)))
+    for seed in range(4):
+        g1, g2 = seeded(seed), seeded(seed)
+        a, b = fused(x, g1), unfused(x, g2)
+        assert torch.equal(g1.get_state(), g2.get_state())  # the same numbers were drawn
+        assert (a - b).abs().mean() < 5e-3
+
+
+def test_members_get_the_generator_only_when_random() -> None:
+    class Noise(FeatureTransform):
+        random = True
+
+        def forward(self, x: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
+            return x + torch.rand(x.shape, generator=generator)
+
+    class Fixed(FeatureTransform):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:  # takes no generator
+            return x * 2
+
+    pipe = Compose(RandomCrop(8), Noise(), Fixed(), RandomHorizontalFlip())
+    assert pipe.random and not Compose(Fixed(), Rotate(3)).random
+    x = torch.rand(3, 10, 10)
+    assert torch.equal(pipe(x, seeded(2)), pipe(x, seeded(2)))
+
+
+def test_batches_draw_per_sample() -> None:
+    batch = torch.stack([smooth(36, 36) * (0.5 + i / 8) for i in range(4)])
+    pipe = Compose(*RANDOM)
+    g = seeded(9)
+    one_by_one = torch.stack([pipe(batch[n], g) for n in range(4)])
+    together = pipe(batch, seeded(9))
+    assert together.shape == (4, 3, 32, 32)
+    assert torch.allclose(together, one_by_one, atol=1e-6)
+    assert not torch.allclose(together[0] / together[0].mean(), together[1] / together[1].mean(), atol=1e-2)
+    g1, g2 = seeded(9), seeded(9)
+    unfused = Compose(*RANDOM, fuse=False)(batch, g1)
+    pipe(batch, g2)
+    assert torch.equal(g1.get_state(), g2.get_state())  # the same draws, sample by sample
+    assert (unfused - together).abs().mean() < 5e-3
+    # exact random runs slice every sample; fixed runs share one grid over the batch
+    aug = Compose(Pad(2), RandomCrop(36), RandomHorizontalFlip())
+    g = seeded(1)
+    assert torch.equal(aug(batch, seeded(1)), torch.stack([aug(batch[n], g) for n in range(4)]))
+    fixed = Compose(*CHAIN)
+    assert torch.allclose(fixed(batch), torch.stack([fixed(b) for b in batch]), atol=1e-6)
+
+
+# --- pickling, saving, keys ----------------------------------------------------------------------
+
+
+def test_compose_pickles_saves_and_keys_by_its_arguments() -> None:
+    pipe = Compose(Resize(40), Rotate(10), CenterCrop(30), Normalize([0.5] * 3, [0.25] * 3, dim=-3))
+    x = smooth(48, 48)
+    key = digest(pipe)
+    y = pipe(x)
+    assert digest(pipe) == key  # what it keeps per input size is no part of its key
+    assert torch.allclose(pickle.loads(pickle.dumps(pipe))(x), y)
+    buf = io.BytesIO()
+    torch.save(pipe, buf)
+    buf.seek(0)
+    assert torch.allclose(torch.load(buf, weights_only=False)(x), y)
+    buf = io.BytesIO()
+    torch.save(pipe.state_dict(), buf)
+    buf.seek(0)
+    fresh = Compose(Resize(40), Rotate(10), CenterCrop(30), Normalize([0.0] * 3, [1.0] * 3, dim=-3))
+    fresh.load_state_dict(torch.load(buf, weights_only=True))
+    assert torch.allclose(fresh(x), y)
+    assert len(pickle.dumps(pipe)) < 4000  # no grid travels with it
+
+
+# --- errors ---------------------------------------------------------------------------------------
+
+
+def test_errors_name_the_transform_and_the_fix() -> None:
+    x = torch.rand(3, 10, 12)
+    with pytest.raises(ValueError, match=r"CenterCrop\(size=\(16, 16\)\): the crop 16x16 is larger than the image "
+                                         r"10x12 .*fix: Resize or Pad"):
+        Compose(CenterCrop(16))(x)
+    with pytest.raises(ValueError, match=r"CenterCrop\(size=\(16, 16\)\): the crop 16x16 is larger"):
+        CenterCrop(16)(x)
+    with pytest.raises(ValueError, match=r"RandomCrop\(size=\(11, 11\)\): the crop 11x11 is larger"):
+        RandomCrop(11)(x, seeded(0))
+    with pytest.raises(ValueError, match=r"Compose: expected an image \[C, H, W\] or a batch \[N, C, H, W\], got a "
+                                         r"2-D tensor of shape \(10, 12\); fix: add the missing axes"):
+        Compose(Rotate(10))(x[0])
+    with pytest.raises(ValueError, match=r"Compose: mode='bicubic' is not one of bilinear, nearest"):
+        Compose(Rotate(10), mode="bicubic")
+    with pytest.raises(ValueError, match=r"padding_mode='reflect' is not one of zeros, border, reflection"):
+        Compose(Rotate(10), padding_mode="reflect")
+    with pytest.raises(ValueError, match=r"Pad\(padding_mode='symmetric'\): expected one of constant, reflect"):
+        Pad(2, "symmetric")
+    with pytest.raises(ValueError, match=r"Pad\(padding=-1\): expected sizes of 0 or more"):
+        Pad(-1)
+    with pytest.raises(ValueError, match=r"reflection needs padding smaller than the image 10x12"):
+        Pad(10, "reflect")(x)
+    with pytest.raises(ValueError, match=r"Resize\(size=\(8, 8\), short_side=True\): expected the short side's "
+                                         r"length as an int"):
+        Resize((8, 8), short_side=True)
+    with pytest.raises(ValueError, match=r"RandomAffine\(scale=\(0, 1\)\): expected \(min, max\) with 0 < min"):
+        RandomAffine(10, scale=(0, 1))
+    with pytest.raises(ValueError, match=r"Compose: mode='bilinear' interpolates, which needs a floating-point "
+                                         r"image, got torch.uint8; fix: convert it .* or use mode='nearest'"):
+        Compose(Rotate(10))(torch.zeros(1, 8, 8, dtype=torch.uint8))
+    with pytest.raises(ValueError, match=r"Compose: transform 1 is a builtin_function_or_method, expected an nn.Module"):
+        Compose(Rotate(10), torch.flip)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match=r"Affine\(scale=0\): expected a scale above 0"):
+        Affine(scale=0)
+    # crops and flips of an integer image need no interpolation: they work in any mode
+    assert Compose(CenterCrop(4), HorizontalFlip())(torch.zeros(1, 8, 8, dtype=torch.uint8)).dtype == torch.uint8
