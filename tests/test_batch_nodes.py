@@ -249,3 +249,20 @@ def both(label: Batch[torch.Tensor], name: Batch[list[str]]) -> Batch[list[str]]
     return [f"{n}:{int(x)}" for n, x in zip(name, label)]
 """)
     assert dr.execute(["both"], inputs={"n": 3}, batch_size=2)["both"] == [["0:0", "1:1"], ["2:0"]]
+
+
+def test_compose_on_a_batch_with_a_generator_per_sample_equals_each_sample_alone() -> None:
+    # A batch node's sample_rng is a list of generators: Compose draws each sample's
+    # parameters from its own, so the batch equals the per-sample path (two random runs).
+    from flowdata.transforms import CenterCrop, Compose, Normalize, RandomAffine, RandomHorizontalFlip
+
+    images = torch.rand(5, 3, 20, 20)
+    for fuse in (True, False):
+        aug = Compose(RandomAffine(20, translate=(0.1, 0.1)), CenterCrop(16), Normalize([0.5] * 3, [0.2] * 3, dim=-3),
+                      RandomHorizontalFlip(0.5), fuse=fuse)
+        batch = aug(images, [torch.Generator().manual_seed(i) for i in range(5)])
+        alone = torch.stack([aug(images[i], torch.Generator().manual_seed(i)) for i in range(5)])
+        assert torch.allclose(batch, alone, atol=1e-5)
+    with pytest.raises(ValueError, match=r"Compose: generator is a sequence of 2 \(expected one torch.Generator per "
+                       r"sample\), but x is a batch of 5; fix: pass one generator, or one per sample"):
+        aug(images, [torch.Generator(), torch.Generator()])
