@@ -28,11 +28,35 @@ from hamilton.function_modifiers import config
 from flowdata import Collect, Parallel, reduce
 from flowdata.media import load_image
 from flowdata.stats import Stats, Vocab, Welford
-from flowdata.transforms import CenterCrop, Normalize, RandomCrop, RandomHorizontalFlip, Resize
+from flowdata.transforms import CenterCrop, Compose, Normalize, Pad, RandomCrop, RandomHorizontalFlip, Resize
 from flowdata_modules._manifest import LabelVocabulary, class_names as _class_names, label_of, media_of, read_manifest
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
+
+
+# One Compose per image_size, built on first use in each process and kept: a Compose keeps
+# the plan of each input size it has seen (its grid or its slicing), so images of one size
+# reuse it. A dict at module level is keyed by its type only in cache keys; the code of the
+# functions below, which build the pipelines, is keyed by its text.
+_PIPELINES: dict[tuple[str, int], Compose] = {}
+
+
+def _square(image_size: int) -> Compose:
+    """Short side resized to ``image_size``, centre square kept: one resampling."""
+    key = ("square", image_size)
+    if key not in _PIPELINES:
+        _PIPELINES[key] = Compose(Resize(image_size, short_side=True), CenterCrop(image_size))
+    return _PIPELINES[key]
+
+
+def _augmentation(image_size: int) -> Compose:
+    """Reflect-pad 4, a random ``image_size`` crop and a horizontal flip: exact slicing, no
+    interpolation (the reflect padding runs on its own: grid_sample has no such mode)."""
+    key = ("augment", image_size)
+    if key not in _PIPELINES:
+        _PIPELINES[key] = Compose(Pad(4, "reflect"), RandomCrop(image_size), RandomHorizontalFlip(0.5))
+    return _PIPELINES[key]
 
 
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".tif", ".tiff", ".webp")
@@ -56,16 +80,16 @@ def resized(
     row: dict[str, Any], image_size: int = 32, max_pixels: int = 90_000_000, jpeg_draft: bool = True,
     media_column: str = "image",
 ) -> torch.Tensor:
-    """The image decoded as RGB in [0, 1], its short side resized, centre-cropped square.
+    """The image decoded as RGB in [0, 1], its short side resized to ``image_size`` and its
+    centre square kept, in one resampling (``Compose(Resize(image_size, short_side=True),
+    CenterCrop(image_size))``: bilinear, antialiased by an exact area reduction where it
+    shrinks by 2 or more; an image already ``image_size`` on its short side is sliced).
     An image whose header declares more than ``max_pixels`` is refused before decoding;
     with ``jpeg_draft``, a JPEG is decoded at the smallest of its built-in reduced scales
     that still covers ``image_size`` (a 4000x3000 photo for 32x32 decodes at 1/8)."""
     draft = (image_size, image_size) if jpeg_draft else None
     image = load_image(media_of(row, media_column), mode="RGB", max_pixels=max_pixels, draft=draft)
-    h, w = image.shape[-2:]
-    scale = image_size / min(h, w)
-    size = (max(image_size, round(h * scale)), max(image_size, round(w * scale)))
-    square: torch.Tensor = CenterCrop(image_size)(Resize(size)(image))
+    square: torch.Tensor = _square(image_size)(image)
     return square
 
 
@@ -88,12 +112,12 @@ def normalization__imagenet() -> Normalize:
 
 
 def pixels(resized: torch.Tensor, normalization: Normalize, sample_rng: torch.Generator, augment: bool = False) -> torch.Tensor:
-    """Normalised float32 ``[3, image_size, image_size]``, augmented when ``augment``."""
+    """Normalised float32 ``[3, image_size, image_size]``, augmented when ``augment``
+    (reflect-pad 4, a random crop back to the size, a horizontal flip with probability 0.5,
+    drawn from ``sample_rng``: the draws of the former separate steps, the same pixels)."""
     x = resized
     if augment:
-        size = x.shape[-1]
-        x = RandomCrop(size)(torch.nn.functional.pad(x, (4, 4, 4, 4), mode="reflect"), sample_rng)
-        x = RandomHorizontalFlip(0.5)(x, sample_rng)
+        x = _augmentation(x.shape[-1])(x, sample_rng)
     normalized: torch.Tensor = normalization(x)
     return normalized.float()
 
