@@ -19,7 +19,7 @@ For ``num_workers`` in {0, 2}, the contenders take turns, best of ``--rounds``; 
 wall time of one epoch (``batch_size=64``), the loader built beforehand (the module's
 ``mel`` once node is built then). The outputs are checked equal (within float32 rounding).
 torch's threads: the defaults (the calling process uses every core; DataLoader workers one
-thread each, as torch sets them).
+thread each, as torch sets them), or ``--threads N`` in the calling process.
 """
 
 from __future__ import annotations
@@ -53,11 +53,15 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--clips", type=int, default=None)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--threads", type=int, default=None,
+                        help="torch threads in the calling process (default: torch's, one per core)")
     args = parser.parse_args()
     n = args.clips or (512 if args.quick else 2048)
 
     import torch
 
+    if args.threads is not None:
+        torch.set_num_threads(args.threads)
     import batch_mel_flow
     import flowdata as fd
     from flowdata_modules import audio
