@@ -6,9 +6,13 @@ compose into one map ``M = M_k ... M_1`` (Python floats), and the run is carried
 - **exactly** when ``M`` takes output pixel centres to input pixel centres with no scaling
   (crops, flips, pads, quarter turns, whole-pixel shifts): slicing and flipping, no
   interpolation, no ``grid_sample``;
+- with ``antialias`` (bilinear) and no rotation or shear in ``M`` (resizes, crops, flips,
+  pads): by one filter matrix per axis, ``wy @ x @ wx.T``, each row the antialiased
+  triangle filter of torchvision's resize at that output pixel -- so a fused resize and
+  crop equals torchvision's resize then crop, to float rounding;
 - else by **one** ``grid_sample`` of the run's input at ``M^-1 p`` for every output pixel
-  centre ``p``, after an exact area reduction (``avg_pool2d`` by a whole factor, folded into
-  ``M``) where ``M`` shrinks by 2 or more along an axis and ``antialias`` is on.
+  centre ``p``, after an exact area reduction (``avg_pool2d`` by the rounded footprint,
+  folded into ``M``) where ``M`` shrinks by 2 or more along an axis and ``antialias`` is on.
 
 Other members (``Normalize``, a nested ``Compose``, any ``nn.Module``) run as themselves
 between runs. A ``Pad`` whose padding ``grid_sample`` cannot reproduce at the run's
@@ -32,8 +36,9 @@ from torch import nn
 
 from flowdata.transforms.features import FeatureTransform
 from flowdata.transforms.sampling import (
-    IDENTITY, AffineMap, ExactPlan, Size, check_image, check_interpolable, compose, exact_plan, grid_theta, invert,
-    make_grid, outside_margins, pool_factors, sample_grid, scale, take_exact, zero_margins,
+    IDENTITY, AffineMap, ExactPlan, Size, axis_aligned, axis_weights, check_image, check_interpolable, compose,
+    exact_plan, grid_theta, invert, make_grid, outside_margins, pool_factors, sample_grid, scale, separable,
+    take_exact, zero_margins,
 )
 from flowdata.transforms.spatial import Pad, SpatialTransform, check_mode
 
@@ -58,22 +63,35 @@ class _Memo:
 
 
 class _Plan:
-    """How one sample goes through a run: an area reduction (or none), then slicing or one grid."""
+    """How one sample goes through a run: slicing; or, antialiased with no rotation or shear,
+    two filter matrices (one per axis); else an area reduction (or none), then one grid."""
 
-    __slots__ = ("exact", "factors", "grid", "margins", "out", "theta")
+    __slots__ = ("exact", "factors", "grid", "margins", "out", "separable", "size", "theta", "weights")
 
     def __init__(self, inverse: AffineMap, size: Size, out: Size, antialias: bool, padding_mode: str):
-        self.out = out
+        self.out, self.size = out, size
+        self.weights: tuple[torch.Tensor, torch.Tensor] | None = None
+        self.separable: AffineMap | None = None
+        self.grid: torch.Tensor | None = None
+        self.factors: tuple[int, int] = (1, 1)
+        self.exact: ExactPlan | None = exact_plan(inverse, out)
+        self.theta: tuple[float, ...] | None = None
+        self.margins: tuple[int, int, int, int] | None = None
+        if self.exact is not None:
+            return
+        if antialias and axis_aligned(inverse) and padding_mode in ("zeros", "border"):
+            self.separable = inverse  # resizes, crops, flips, pads: each axis's antialiased filter
+            return
         self.factors = pool_factors(inverse) if antialias else (1, 1)
         if self.factors != (1, 1):
             inverse = compose(scale(1.0 / self.factors[1], 1.0 / self.factors[0]), inverse)  # as pool() maps
             size = (-(-size[0] // self.factors[0]), -(-size[1] // self.factors[1]))
-        self.exact: ExactPlan | None = exact_plan(inverse, out)
-        self.theta = None if self.exact is not None else grid_theta(inverse, size, out)
-        self.grid: torch.Tensor | None = None
-        # zeros with no rotation or shear: sampled as "border", the rows and columns outside set to 0
-        self.margins = outside_margins(inverse, size, out) if self.theta is not None and padding_mode == "zeros" \
-            else None
+            self.exact = exact_plan(inverse, out)
+        if self.exact is None:
+            self.theta = grid_theta(inverse, size, out)
+            # zeros with no rotation or shear: sampled as "border", the rows and columns outside set to 0
+            if padding_mode == "zeros":
+                self.margins = outside_margins(inverse, size, out)
 
 
 class Compose(FeatureTransform):
@@ -89,8 +107,9 @@ class Compose(FeatureTransform):
             repeats the edge pixel): what a run sees outside its input.
         fuse: ``False`` runs every transform on its own (each interpolating one
             interpolates), with the same draws: the baseline, and a debugging aid.
-        antialias: Reduce the input by an exact area average first where a fused run
-            shrinks it by 2 or more (``"bilinear"`` only).
+        antialias: Filter where a fused run shrinks: a run with no rotation or shear by
+            each axis's antialiased filter (torchvision's resize), any other by an exact
+            area reduction first where it shrinks by 2 or more (``"bilinear"`` only).
 
     Call it as ``compose(x, generator)`` on ``[C, H, W]`` or ``[N, C, H, W]``; on a batch,
     ``generator`` may also be a sequence of ``N`` generators, one per sample (a batch
@@ -201,6 +220,8 @@ class Compose(FeatureTransform):
 
     def _one(self, x: torch.Tensor, plan: _Plan, cache: bool) -> torch.Tensor:
         """One plan for the whole of ``x`` (a sample, or a batch under a fixed run)."""
+        if plan.separable is not None:
+            return self._separable(x, plan, cache)
         if plan.factors != (1, 1):
             check_interpolable(x, self.mode, "Compose")
             x4 = x if x.dim() == 4 else x[None]
@@ -222,9 +243,24 @@ class Compose(FeatureTransform):
             zero_margins(y, plan.margins)
         return y if x.dim() == 4 else y[0]
 
+    def _separable(self, x: torch.Tensor, plan: _Plan, cache: bool) -> torch.Tensor:
+        """A map with no rotation or shear: ``wy @ x @ wx.T``, each axis's antialiased filter."""
+        check_interpolable(x, self.mode, "Compose")
+        weights = plan.weights
+        if weights is None or weights[0].dtype != x.dtype or weights[0].device != x.device:
+            a, _, c, _, e, f = plan.separable  # type: ignore[misc]
+            (h, w), (oh, ow) = plan.size, plan.out
+            weights = (axis_weights(e, f, oh, h, self.padding_mode, x.dtype, x.device),
+                       axis_weights(a, c, ow, w, self.padding_mode, x.dtype, x.device))
+            if cache:
+                plan.weights = weights
+        return separable(x, *weights)
+
     def _batch(self, x: torch.Tensor, plans: list[_Plan]) -> torch.Tensor:
         """A plan per sample: exact ones slice each sample, the rest share batched grid_samples
-        (one per area-reduction factor; usually one)."""
+        (one per area-reduction factor; usually one); filter-matrix plans run sample by sample."""
+        if any(p.separable is not None for p in plans):
+            return torch.stack([self._one(x[n], p, cache=False) for n, p in enumerate(plans)])
         if all(p.exact is not None for p in plans) and all(p.factors == (1, 1) for p in plans):
             return torch.stack([take_exact(x[n], p.exact, self.padding_mode)  # type: ignore[arg-type]
                                 for n, p in enumerate(plans)])

@@ -13,9 +13,12 @@ under a microsecond, where 3x3 tensors would cost tens (this runs once per sampl
 
 :func:`exact_plan` recognises a map that takes pixel centres to pixel centres with no
 scaling (crops, flips, pads, translations by whole pixels, quarter turns): such a map is
-carried out by slicing and flipping, with no interpolation. Every other map is carried out
-by one ``grid_sample`` (:func:`grid_theta`, :func:`sample_grid`), after an optional exact
-area reduction (:func:`pool_factors`) when it shrinks the image by 2 or more.
+carried out by slicing and flipping, with no interpolation. A map with no rotation or shear
+is carried out, antialiased, by one filter matrix per axis (:func:`axis_weights`,
+:func:`separable`: torchvision's antialiased resize, at any offset, flipped or padded).
+Every other map is carried out by one ``grid_sample`` (:func:`grid_theta`,
+:func:`sample_grid`), after an optional exact area reduction (:func:`pool_factors`) when
+it shrinks the image by 2 or more.
 """
 
 from __future__ import annotations
@@ -171,10 +174,59 @@ def take_exact(x: torch.Tensor, plan: ExactPlan, padding_mode: str) -> torch.Ten
 
 
 def pool_factors(inverse: AffineMap) -> tuple[int, int]:
-    """``(ky, kx)``: the whole number of input pixels, along y and x, that one output pixel
-    spans (its footprint ``|a| + |b|`` along x, ``|d| + |e|`` along y), at least 1."""
+    """``(ky, kx)``: the input pixels, along y and x, that one output pixel spans (its
+    footprint ``|a| + |b|`` along x, ``|d| + |e|`` along y), rounded to the nearest whole
+    number; 1 under a footprint of 2. Rounded, not truncated: the interpolation after the
+    reduction then shrinks by at most 1.25 (8.6 is 9-pixel blocks, then a slight
+    enlargement), so what it leaves of aliasing is small and the filter's width follows the
+    scale whatever the input size (a 188- and a 1500-pixel decode of one photo shrunk to 32
+    come out alike)."""
     a, b, _, d, e, _ = inverse
-    return max(1, int(abs(d) + abs(e) + _EPS)), max(1, int(abs(a) + abs(b) + _EPS))
+    return _pool_factor(abs(d) + abs(e)), _pool_factor(abs(a) + abs(b))
+
+
+def _pool_factor(footprint: float) -> int:
+    return int(footprint + 0.5) if footprint >= 2.0 - _EPS else 1
+
+
+def axis_aligned(inverse: AffineMap) -> bool:
+    """Whether a map has no rotation or shear (each output axis reads one input axis)."""
+    return abs(inverse[1]) < 1e-12 and abs(inverse[3]) < 1e-12
+
+
+def axis_weights(step: float, offset: float, n_out: int, n_in: int, padding_mode: str, dtype: torch.dtype,
+                 device: torch.device) -> torch.Tensor:
+    """``[n_out, n_in]``: one axis of a map with no rotation or shear, as a filter matrix.
+
+    Output pixel ``o`` samples the input at ``u = step * (o + 0.5) + offset`` (continuous
+    coordinates, centres at ``+0.5``) with a triangle ``max(1, |step|)`` pixels wide on each
+    side -- linear interpolation when enlarging, and, when shrinking, the antialiasing filter
+    of torchvision's (and PIL's) antialiased bilinear resize -- its weights normalised over
+    the pixels inside the input, so the edges repeat (``"border"``). Under ``"zeros"`` an
+    output pixel whose centre lies outside ``[0, n_in]`` is 0 (a pad's).
+    """
+    t = step * (torch.arange(n_out, dtype=torch.float64) + 0.5) + offset - 0.5  # in index space
+    radius = max(1.0, abs(step))
+    i = torch.arange(n_in, dtype=torch.float64)
+    w = (1.0 - (i[None, :] - t[:, None]).abs() / radius).clamp_(min=0.0)
+    sums = w.sum(1, keepdim=True)
+    far = sums[:, 0] == 0  # beyond the triangle's reach of any pixel: the nearest edge pixel
+    if bool(far.any()):
+        w[far, t[far].round().clamp(0, n_in - 1).long()] = 1.0
+        sums[far] = 1.0
+    w /= sums
+    if padding_mode == "zeros":
+        w[(t < -0.5 - _EPS) | (t > n_in - 0.5 + _EPS)] = 0.0
+    return w.to(dtype=dtype, device=device)
+
+
+def separable(x: torch.Tensor, wy: torch.Tensor, wx: torch.Tensor) -> torch.Tensor:
+    """``wy @ x @ wx.T`` on ``[..., H, W]``, the cheaper axis first."""
+    oh, h = wy.shape
+    ow, w = wx.shape
+    if oh * h * w + oh * w * ow <= h * w * ow + oh * h * ow:
+        return torch.matmul(torch.matmul(wy, x), wx.T)
+    return torch.matmul(wy, torch.matmul(x, wx.T))
 
 
 def pool(x: torch.Tensor, factors: tuple[int, int], inverse: AffineMap) -> tuple[torch.Tensor, AffineMap]:
