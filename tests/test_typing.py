@@ -18,19 +18,11 @@ def test_user_module_has_no_ignores() -> None:
     assert "pyright: ignore" not in USER_MODULE.read_text()
 
 
-@pytest.mark.slow
-def test_mypy_strict_accepts_markers() -> None:
-    result = subprocess.run(
-        [sys.executable, "-m", "mypy", "--strict", "--no-incremental", "--config-file", "/dev/null",
-         "--ignore-missing-imports", str(USER_MODULE)],
-        capture_output=True, text=True, cwd=ROOT,
-    )
-    assert result.returncode == 0, result.stdout + result.stderr
-
-
-@pytest.mark.slow
-def test_mypy_rejects_a_wrong_element_type(tmp_path: Path) -> None:
-    bad = tmp_path / "bad.py"
+@pytest.fixture(scope="module")
+def mypy_strict(tmp_path_factory: pytest.TempPathFactory) -> tuple[int, list[str], Path]:
+    """One ``mypy --strict`` run (a cold one costs 20 s) over the user module and a module
+    with two wrong element types: its exit code, its lines, and the bad module's path."""
+    bad = tmp_path_factory.mktemp("typing") / "bad.py"
     bad.write_text(
         "from flowdata import Parallel, Collect\n"
         "def item(n: int) -> Parallel[str]:\n"
@@ -39,12 +31,27 @@ def test_mypy_rejects_a_wrong_element_type(tmp_path: Path) -> None:
         "    return sum(item)\n"
     )
     result = subprocess.run(
-        [sys.executable, "-m", "mypy", "--strict", "--no-incremental", "--config-file", "/dev/null", str(bad)],
+        [sys.executable, "-m", "mypy", "--strict", "--no-incremental", "--config-file", "/dev/null",
+         "--ignore-missing-imports", str(USER_MODULE), str(bad)],
         capture_output=True, text=True, cwd=ROOT,
     )
-    assert result.returncode == 1
-    assert 'Incompatible types in "yield" (actual type "int", expected type "str")' in result.stdout
-    assert 'Incompatible return value type (got "int", expected "str")' in result.stdout
+    return result.returncode, (result.stdout + result.stderr).splitlines(), bad
+
+
+@pytest.mark.slow
+def test_mypy_strict_accepts_markers(mypy_strict: tuple[int, list[str], Path]) -> None:
+    _, lines, _ = mypy_strict
+    assert not [line for line in lines if USER_MODULE.name in line], "\n".join(lines)
+
+
+@pytest.mark.slow
+def test_mypy_rejects_a_wrong_element_type(mypy_strict: tuple[int, list[str], Path]) -> None:
+    code, lines, bad = mypy_strict
+    assert code == 1
+    errors = [line for line in lines if line.startswith(str(bad))]
+    assert any('Incompatible types in "yield" (actual type "int", expected type "str")' in e for e in errors), lines
+    assert any('Incompatible return value type (got "int", expected "str")' in e for e in errors), lines
+    assert len([line for line in lines if ": error:" in line]) == len(errors) == 2, lines
 
 
 @pytest.mark.slow
@@ -124,24 +131,24 @@ def test_type_checkers_find_flowdata_from_any_folder(tmp_path: Path, checker: st
 
     outside = Path(tempfile.mkdtemp())  # not under the repository: found through the install alone
     try:
+        # One checker run over a good and a bad module (a cold mypy costs 20 s a run).
         for name, attrs in (("good", ("report", "spec")), ("bad", ("repoort", "specc"))):
-            (outside / "outside_flow.py").write_text(
-                OUTSIDE.replace("{loader_attr}", attrs[0]).replace("{dataset_attr}", attrs[1]))
-            bin_dir = Path(sys.executable).parent
-            if checker == "mypy":
-                cmd = [sys.executable, "-m", "mypy", "--strict", "--no-incremental", "--config-file", "/dev/null",
-                       "outside_flow.py"]
-            else:
-                cmd = [str(bin_dir / "pyright"), "outside_flow.py"]
-            env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "HOME": str(tmp_path)}  # as after activating .venv
-            result = subprocess.run(cmd, capture_output=True, text=True, cwd=outside, timeout=300, env=env)
-            out = result.stdout + result.stderr
-            assert "could not be resolved" not in out and "import-not-found" not in out, out
-            if name == "good":
-                assert result.returncode == 0, out
-            else:
-                assert result.returncode == 1, out
-                assert "repoort" in out and "specc" in out  # misspelt loader and dataset attributes
+            (outside / f"{name}_flow.py").write_text(OUTSIDE.replace("outside_flow", f"{name}_flow").replace(
+                "{loader_attr}", attrs[0]).replace("{dataset_attr}", attrs[1]))
+        bin_dir = Path(sys.executable).parent
+        files = ["good_flow.py", "bad_flow.py"]
+        if checker == "mypy":
+            cmd = [sys.executable, "-m", "mypy", "--strict", "--no-incremental", "--config-file", "/dev/null", *files]
+        else:
+            cmd = [str(bin_dir / "pyright"), *files]
+        env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "HOME": str(tmp_path)}  # as after activating .venv
+        result = subprocess.run(cmd, capture_output=True, text=True, cwd=outside, timeout=300, env=env)
+        out = result.stdout + result.stderr
+        assert "could not be resolved" not in out and "import-not-found" not in out, out
+        assert result.returncode == 1, out
+        errors = [line for line in out.splitlines() if "error" in line and "_flow.py" in line]
+        assert errors and all("bad_flow.py" in e for e in errors), out  # the good module: no error
+        assert "repoort" in out and "specc" in out  # misspelt loader and dataset attributes
     finally:
         import shutil as _shutil
 
