@@ -41,14 +41,14 @@ sys.path.insert(0, str(HERE.parent.parent))
 from bench_common import machine_lines, version  # noqa: E402
 
 
-def write_pngs(folder: Path, n: int) -> None:
+def write_pngs(folder: Path, n: int, side: int = 256, seed: int = 3) -> None:
+    """``n`` RGB PNGs of ``side`` x ``side`` (gradients and noise) in two class folders."""
     import numpy as np
     from PIL import Image
 
-    side = 256
     ramp = np.linspace(0, 255, side, dtype=np.float32)
     for i in range(n):
-        rng = np.random.default_rng([3, i])
+        rng = np.random.default_rng([seed, i])
         planes = [np.add.outer(ramp * rng.random(), ramp * rng.random()) / 2 for _ in range(3)]
         arr = np.stack(planes, -1) + rng.normal(0, 10, (side, side, 3))
         target = folder / f"class_{i % 2}"  # the image module reads labels from class folders

@@ -43,6 +43,7 @@ sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent.parent))
 
 from bench_common import machine_lines, version  # noqa: E402
+from bench_sample_cache import write_pngs  # noqa: E402
 
 
 def smooth_images(n: int, side: int = 256) -> list[Any]:
@@ -111,20 +112,6 @@ def per_sample(args: argparse.Namespace) -> None:
     print("target: fused >= 1.5x torchvision v2 per sample")
 
 
-def write_pngs(folder: Path, n: int, side: int = 128) -> None:
-    import numpy as np
-    from PIL import Image
-
-    ramp = np.linspace(0, 255, side, dtype=np.float32)
-    for i in range(n):
-        rng = np.random.default_rng([5, i])
-        planes = [np.add.outer(ramp * rng.random(), ramp * rng.random()) / 2 for _ in range(3)]
-        arr = np.stack(planes, -1) + rng.normal(0, 10, (side, side, 3))
-        target = folder / f"class_{i % 2}"  # the image module reads labels from class folders
-        target.mkdir(exist_ok=True)
-        Image.fromarray(np.clip(arr, 0, 255).astype(np.uint8), "RGB").save(target / f"img_{i:05d}.png")
-
-
 def epochs(args: argparse.Namespace) -> None:
     import torch
 
@@ -135,13 +122,14 @@ def epochs(args: argparse.Namespace) -> None:
     torch.set_num_threads(args.threads)
     with tempfile.TemporaryDirectory(prefix="bench-transforms-") as tmp:
         t0 = time.perf_counter()
-        write_pngs(Path(tmp), args.pngs)
+        write_pngs(Path(tmp), args.pngs, side=128, seed=5)
         print(f"wrote {args.pngs} PNGs in {time.perf_counter() - t0:.1f} s", file=sys.stderr)
         loaders = {}
         for augment in (False, True):
-            for name, module in (("Compose", image), ("today's chain", image_chain_flow)):
+            for name, modules in (("Compose", (image,)), ("today's chain", (image, image_chain_flow))):
                 config = {"use_imagenet_stats": True, "image_size": 32, "augment": augment}
-                dr = fd.Builder().with_modules(module).with_config(config).build()
+                # the chain's resized and pixels replace the module's own
+                dr = fd.Builder().with_modules(*modules).allow_module_overrides().with_config(config).build()
                 loaders[(augment, name)] = dr.dataloader(["pixels", "label"], inputs={"manifest": tmp},
                                                          batch_size=32, num_workers=0, shuffle=True, seed=0)
         best = {key: math.inf for key in loaders}

@@ -1,72 +1,26 @@
-"""Today's image chain, kept for ``bench_transforms.py``: a copy of ``flowdata_modules.image``
-as it was before it used ``flowdata.transforms.Compose`` (torchvision's antialiased
-``Resize`` then ``CenterCrop`` in ``resized``; reflect-pad, ``RandomCrop`` and
-``RandomHorizontalFlip`` as separate steps in ``pixels``). Not a test module.
-
-The original docstring follows.
-
-Image classification tensors: manifest -> decoded -> resized -> statistics -> pixels.
-
-Inputs and config (Hamilton-style; config entries are inputs too):
-
-- ``manifest``: a CSV with columns ``path,label``, paths relative to the CSV's folder; a
-  folder or glob pattern of image files, each labelled by the name of its folder; or a
-  Hugging Face ``datasets.Dataset`` or ``IterableDataset``, its images in ``media_column``
-  ("image": ``Image(decode=False)`` dicts, paths, URLs or bytes) and its labels in
-  ``label_column`` ("label"; a ``ClassLabel`` keeps its names and numbers);
-- ``image_size`` (32), ``use_imagenet_stats`` (False), ``augment`` (False).
-
-Outputs: ``pixels`` (normalised float32 ``[3, image_size, image_size]``) and ``label``
-(int). Reductions: ``pixel_stats`` (per-channel ``Stats``) and ``label_vocab``. With
-``augment=True``, a random crop (after 4-pixel padding) and a horizontal flip driven by
-``sample_rng`` are applied to ``pixels`` only — never to what the statistics see. With
-``use_imagenet_stats=True`` the graph has no ``pixel_stats`` dependency at all, so the
-first pass reads only the manifest's labels and decodes no image.
-"""
+"""The image chain before ``flowdata.transforms.Compose``, kept for ``bench_transforms.py``:
+``flowdata_modules.image``'s ``resized`` and ``pixels`` as they were (torchvision's
+antialiased ``Resize`` then ``CenterCrop``; a reflect pad, ``RandomCrop`` and
+``RandomHorizontalFlip`` as separate steps). Built after ``flowdata_modules.image`` with
+``Builder().allow_module_overrides()``, these two replace the module's own; its other
+nodes are the module's. Not a test module."""
 
 from __future__ import annotations
 
 from typing import Any
 
 import torch
-import torchvision.transforms.v2.functional  # noqa: F401  # once here, so forked workers inherit it
-from hamilton.function_modifiers import config
 
-from flowdata import Collect, Parallel, reduce
 from flowdata.media import load_image
-from flowdata.stats import Stats, Vocab, Welford
 from flowdata.transforms import CenterCrop, Normalize, RandomCrop, RandomHorizontalFlip, Resize
-from flowdata_modules._manifest import LabelVocabulary, class_names as _class_names, label_of, media_of, read_manifest
-
-IMAGENET_MEAN = (0.485, 0.456, 0.406)
-IMAGENET_STD = (0.229, 0.224, 0.225)
-
-
-IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".tif", ".tiff", ".webp")
-
-
-def row(manifest: object, media_column: str = "image", label_column: str = "label") -> Parallel[dict[str, Any]]:
-    """The samples: one ``{"path", "label"}`` row per image of a ``path,label`` CSV, or every
-    image file of a folder or glob pattern, labelled by the folder that holds it; or a
-    Hugging Face dataset's rows, its ``media_column`` and ``label_column`` only (the dataset
-    itself, not a copy: a map-style one is the loader's index, an iterable one streams)."""
-    return read_manifest(manifest, IMAGE_SUFFIXES, media_column, label_column)
-
-
-def class_names(manifest: object, label_column: str = "label") -> tuple[str, ...] | None:
-    """The names of a dataset's ``ClassLabel`` label column, in its order; None for a CSV,
-    folder, pattern, or a dataset whose labels are plain strings or numbers."""
-    return _class_names(manifest, label_column)
+from flowdata_modules._manifest import media_of
 
 
 def resized(
     row: dict[str, Any], image_size: int = 32, max_pixels: int = 90_000_000, jpeg_draft: bool = True,
     media_column: str = "image",
 ) -> torch.Tensor:
-    """The image decoded as RGB in [0, 1], its short side resized, centre-cropped square.
-    An image whose header declares more than ``max_pixels`` is refused before decoding;
-    with ``jpeg_draft``, a JPEG is decoded at the smallest of its built-in reduced scales
-    that still covers ``image_size`` (a 4000x3000 photo for 32x32 decodes at 1/8)."""
+    """The image decoded as RGB in [0, 1], its short side resized, centre-cropped square."""
     draft = (image_size, image_size) if jpeg_draft else None
     image = load_image(media_of(row, media_column), mode="RGB", max_pixels=max_pixels, draft=draft)
     h, w = image.shape[-2:]
@@ -74,24 +28,6 @@ def resized(
     size = (max(image_size, round(h * scale)), max(image_size, round(w * scale)))
     square: torch.Tensor = CenterCrop(image_size)(Resize(size)(image))
     return square
-
-
-@reduce(Welford, dim=(0, 2, 3))
-def pixel_stats(resized: Collect[torch.Tensor]) -> Stats:
-    """Per-channel statistics over every pixel of every image (one streaming pass)."""
-    raise NotImplementedError("@reduce folds the values; the body is not called")
-
-
-@config.when_not(use_imagenet_stats=True)
-def normalization__dataset(pixel_stats: Stats) -> Normalize:
-    """Per-channel normalisation by the dataset's own statistics."""
-    return Normalize.from_stats(pixel_stats, dim=-3)
-
-
-@config.when(use_imagenet_stats=True)
-def normalization__imagenet() -> Normalize:
-    """Per-channel normalisation by ImageNet's constants: no image is decoded in pass 1."""
-    return Normalize(IMAGENET_MEAN, IMAGENET_STD, dim=-3)
 
 
 def pixels(resized: torch.Tensor, normalization: Normalize, sample_rng: torch.Generator, augment: bool = False) -> torch.Tensor:
@@ -103,20 +39,3 @@ def pixels(resized: torch.Tensor, normalization: Normalize, sample_rng: torch.Ge
         x = RandomHorizontalFlip(0.5)(x, sample_rng)
     normalized: torch.Tensor = normalization(x)
     return normalized.float()
-
-
-def label_name(row: dict[str, Any], class_names: tuple[str, ...] | None = None, label_column: str = "label") -> str:
-    """The image's label as written in the manifest; a ``ClassLabel``'s name for its number."""
-    return label_of(row, label_column, class_names)
-
-
-@reduce(LabelVocabulary)
-def label_vocab(label_name: Collect[str], class_names: tuple[str, ...] | None) -> Vocab:
-    """The labels, most frequent first (ties in name order); a ``ClassLabel``'s names in the
-    dataset's order, so that ``label`` is the dataset's own number."""
-    raise NotImplementedError("@reduce folds the values; the body is not called")
-
-
-def label(label_name: str, label_vocab: Vocab) -> int:
-    """The label's index in ``label_vocab``."""
-    return label_vocab[label_name]
