@@ -439,7 +439,9 @@ class Driver:
         epoch, as in ``execute()`` (it is not torch's ``timeout``, which bounds the wait for a
         batch). ``device`` moves each batch's tensors there in this process (``non_blocking``
         with ``pin_memory``); under Accelerate's ``prepare()`` it defaults to
-        ``accelerator.device``. See docs/training.md.
+        ``accelerator.device``. Batch nodes among ``outputs`` (``Batch[T]`` parameters) run on
+        each collated batch in this process, after that move -- never in a worker. See
+        docs/training.md.
         """
         from flowdata.loader.build import LoaderOptions, build_loader
         from flowdata.run.deadline import check_timeout

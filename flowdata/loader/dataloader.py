@@ -75,7 +75,9 @@ class _WorkerInit:
 class DataLoader(TorchDataLoader):  # type: ignore[type-arg]
     """A ``torch.utils.data.DataLoader`` over a flowdata pass.
 
-    Build one with ``Driver.dataloader(...)``. Iterating yields dicts keyed by output name.
+    Build one with ``Driver.dataloader(...)``. Iterating yields dicts keyed by output name;
+    batch nodes among the outputs are computed here, on each collated batch, after it was
+    moved to ``device``.
 
     Attributes:
         stats: Results of the Collect nodes computed before the first batch (pass 1).
