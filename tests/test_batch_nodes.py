@@ -266,3 +266,15 @@ def test_compose_on_a_batch_with_a_generator_per_sample_equals_each_sample_alone
     with pytest.raises(ValueError, match=r"Compose: generator is a sequence of 2 \(expected one torch.Generator per "
                        r"sample\), but x is a batch of 5; fix: pass one generator, or one per sample"):
         aug(images, [torch.Generator(), torch.Generator()])
+
+
+def test_accelerate_prepare_keeps_the_batch_nodes_on_its_device(dr: fd.Driver) -> None:
+    # prepare() keeps the flowdata loader; its device becomes the batch nodes' device.
+    from accelerate import Accelerator
+
+    accelerator = Accelerator(cpu=True)
+    loader = accelerator.prepare(dr.dataloader(["on_device", "power"], inputs={"n": 6}, batch_size=3))
+    batches = list(loader)
+    assert isinstance(loader, fd.DataLoader) and loader.device == accelerator.device
+    assert [b["on_device"] for b in batches] == [[accelerator.device.type] * 3] * 2
+    assert torch.allclose(torch.cat([b["power"] for b in batches]), _oracle(list(range(6))), atol=1e-4)
