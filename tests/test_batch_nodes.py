@@ -278,3 +278,10 @@ def test_accelerate_prepare_keeps_the_batch_nodes_on_its_device(dr: fd.Driver) -
     assert isinstance(loader, fd.DataLoader) and loader.device == accelerator.device
     assert [b["on_device"] for b in batches] == [[accelerator.device.type] * 3] * 2
     assert torch.allclose(torch.cat([b["power"] for b in batches]), _oracle(list(range(6))), atol=1e-4)
+
+
+def test_the_sample_cache_refuses_a_batch_node(dr: fd.Driver, tmp_path: object) -> None:
+    with pytest.raises(fd.InputError, match=r"cache=\['power'\]: 'power' \(tests/batch_cases/waves.py:\d+\) is a "
+                       r"batch node, computed on each collated batch where the loader is iterated; only per-sample "
+                       r"values are cached\n  fix: cache the per-sample values it reads \('wave'\) instead"):
+        dr.dataloader(["power"], inputs={"n": 4}, cache=["power"], cache_dir=str(tmp_path))

@@ -102,6 +102,13 @@ class SampleCache:
         reach ``sample_rng``."""
         for name in self.names:
             node = nodes.get(name)
+            if node is not None and node.batch_params:
+                read = ", ".join(repr(p.name) for p in node.batch_params)
+                raise InputError(
+                    f"cache=[{name!r}]: '{name}' ({node.location}) is a batch node, computed on each collated "
+                    "batch where the loader is iterated; only per-sample values are cached\n"
+                    f"  fix: cache the per-sample values it reads ({read}) instead"
+                )
             if node is None or not per_sample(name) or node.source is not None:
                 what = ("no node" if node is None else "a source (its items are read, not computed)"
                         if node.source is not None else "not a per-sample node")
