@@ -285,3 +285,8 @@ def test_the_sample_cache_refuses_a_batch_node(dr: fd.Driver, tmp_path: object) 
                        r"batch node, computed on each collated batch where the loader is iterated; only per-sample "
                        r"values are cached\n  fix: cache the per-sample values it reads \('wave'\) instead"):
         dr.dataloader(["power"], inputs={"n": 4}, cache=["power"], cache_dir=str(tmp_path))
+
+
+def test_sample_index_is_on_the_batch_device(dr: fd.Driver) -> None:
+    batch = next(iter(dr.dataloader(["draws"], inputs={"n": 4}, batch_size=2, device="meta")))
+    assert batch["draws"]["index"].device.type == "meta"

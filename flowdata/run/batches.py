@@ -86,7 +86,8 @@ class BatchStep:
         size = len(indices)
         if size == 0:  # every sample of the batch skipped: nothing to compute
             return {o: values.get(o, []) for o in self.outputs}
-        values.update(self._builtins(indices, seed, epoch))
+        device = next((v.device for v in values.values() if hasattr(v, "device") and hasattr(v, "dtype")), None)
+        values.update(self._builtins(indices, seed, epoch, device))
         for node in self.nodes:
             kwargs = {p.name: values[p.name] if p.name in values else self.whole[p.name]
                       for p in node.params if p.name in values or p.name in self.whole}
@@ -104,16 +105,16 @@ class BatchStep:
             values[node.name] = value
         return {o: values[o] for o in self.outputs}
 
-
-    def _builtins(self, indices: Sequence[int], seed: int, epoch: int) -> dict[str, Any]:
-        """``sample_index`` (a tensor) and ``sample_rng`` (one generator per sample, each the
-        one the sample's per-sample nodes get) for the batch nodes that read them."""
+    def _builtins(self, indices: Sequence[int], seed: int, epoch: int, device: Any = None) -> dict[str, Any]:
+        """``sample_index`` (a tensor, on the batch's device) and ``sample_rng`` (one CPU
+        generator per sample, each the one the sample's per-sample nodes get) for the batch
+        nodes that read them."""
         read = {p.name for n in self.nodes for p in n.batch_params} & BUILTINS
         out: dict[str, Any] = {}
         if "sample_index" in read:
             import torch
 
-            out["sample_index"] = torch.tensor(list(indices), dtype=torch.int64)
+            out["sample_index"] = torch.tensor(list(indices), dtype=torch.int64, device=device)
         if "sample_rng" in read:
             out["sample_rng"] = [make_rng(seed, epoch, i) for i in indices]
         return out
