@@ -9,6 +9,7 @@ recorded), and saves and restores its position (``state_dict``/``load_state_dict
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 import random
 import weakref
@@ -251,7 +252,8 @@ class DataLoader(TorchDataLoader):  # type: ignore[type-arg]
                     self.end_of_dataloader = following is None if ahead else self._served == total
                 data = batch.data if self.device is None else _to_device(batch.data, self.device, self.pin_memory)
                 if self.batch_step is not None:  # batch nodes: here, after collation, on the device
-                    data = self.batch_step(data, batch.indices, self._where(batch), self.seed, self._epoch)
+                    data = self.batch_step(data, batch.indices, functools.partial(self._where, batch, self._served - 1),
+                                           self.seed, self._epoch)
                 yield data
                 batch = following if ahead else next(it, None)
         except (RuntimeError, ConnectionError, EOFError) as exc:
@@ -292,10 +294,10 @@ class DataLoader(TorchDataLoader):  # type: ignore[type-arg]
         except FlowdataError as exc:
             raise exc.with_traceback(None) from exc.__cause__
 
-    def _where(self, batch: Batch) -> str:
-        """Which batch this is, for a batch node's error."""
+    def _where(self, batch: Batch, number: int) -> str:
+        """Which batch this is, for a batch node's error (built only when there is one)."""
         samples = f" (samples {_ranges(sorted(batch.indices), 4)})" if batch.indices else ""
-        return f"batch {self._served - 1} of epoch {self._epoch}{samples}"
+        return f"batch {number} of epoch {self._epoch}{samples}"
 
     def _worker_died(self, exc: BaseException) -> FlowdataError:
         stuck = self._watch.take() if self._watch is not None else []

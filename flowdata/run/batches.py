@@ -20,8 +20,9 @@ the batch's number of rows, so that a node that reduces over the batch by mistak
 
 from __future__ import annotations
 
+import functools
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -52,19 +53,26 @@ class BatchStep:
     outputs: tuple[str, ...]
     report: Report | None = field(default=None, compare=False)
 
-    @property
+    @functools.cached_property
     def reads(self) -> tuple[str, ...]:
         """The per-sample values the batch nodes read (collated), in order."""
         made = {n.name for n in self.nodes} | BUILTINS
         return tuple(dict.fromkeys(p.name for n in self.nodes for p in n.batch_params if p.name not in made))
 
-    def __call__(self, batch: Any, indices: Sequence[int], where: str, seed: int = 0, epoch: int = 0) -> dict[str, Any]:
+    @functools.cached_property
+    def builtins(self) -> frozenset[str]:
+        """The built-ins (``sample_index``, ``sample_rng``) the batch nodes read as batches."""
+        return frozenset(p.name for n in self.nodes for p in n.batch_params) & BUILTINS
+
+    def __call__(self, batch: Any, indices: Sequence[int], where: Callable[[], str], seed: int = 0,
+                 epoch: int = 0) -> dict[str, Any]:
         """Computes the batch nodes on one collated ``batch``.
 
         Args:
             batch: The collated batch: a dict keyed by per-sample output name.
             indices: The sample indices it holds, in order.
-            where: Which batch this is, for error messages ("batch 3 of epoch 0 (samples 96-127)").
+            where: Says which batch this is, for an error message ("batch 3 of epoch 0 (samples
+                96-127)"); called only when there is one.
             seed: The seed of the samples' ``sample_rng``.
             epoch: Their epoch.
 
@@ -86,8 +94,9 @@ class BatchStep:
         size = len(indices)
         if size == 0:  # every sample of the batch skipped: nothing to compute
             return {o: values.get(o, []) for o in self.outputs}
-        device = next((v.device for v in values.values() if hasattr(v, "device") and hasattr(v, "dtype")), None)
-        values.update(self._builtins(indices, seed, epoch, device))
+        if self.builtins:
+            device = next((v.device for v in values.values() if hasattr(v, "device") and hasattr(v, "dtype")), None)
+            values.update(self._builtins(indices, seed, epoch, device))
         for node in self.nodes:
             kwargs = {p.name: values[p.name] if p.name in values else self.whole[p.name]
                       for p in node.params if p.name in values or p.name in self.whole}
@@ -97,7 +106,7 @@ class BatchStep:
             except FlowdataError:
                 raise
             except Exception as exc:
-                raise NodeError(node.name, node.location, f"{describe(exc)} (on {where})") from exc.with_traceback(
+                raise NodeError(node.name, node.location, f"{describe(exc)} (on {where()})") from exc.with_traceback(
                     user_traceback(exc.__traceback__))
             if self.report is not None:
                 self.report.add_node(node.name, time.perf_counter() - start, size)
@@ -109,13 +118,12 @@ class BatchStep:
         """``sample_index`` (a tensor, on the batch's device) and ``sample_rng`` (one CPU
         generator per sample, each the one the sample's per-sample nodes get) for the batch
         nodes that read them."""
-        read = {p.name for n in self.nodes for p in n.batch_params} & BUILTINS
         out: dict[str, Any] = {}
-        if "sample_index" in read:
+        if "sample_index" in self.builtins:
             import torch
 
             out["sample_index"] = torch.tensor(list(indices), dtype=torch.int64, device=device)
-        if "sample_rng" in read:
+        if "sample_rng" in self.builtins:
             out["sample_rng"] = [make_rng(seed, epoch, i) for i in indices]
         return out
 
@@ -139,13 +147,13 @@ def _rows(value: Any) -> Iterator[tuple[str, int]]:
             yield from ((f"[{i}]{w}", n) for w, n in _rows(v))
 
 
-def _check_rows(node: Node, value: Any, size: int, where: str) -> None:
+def _check_rows(node: Node, value: Any, size: int, where: Callable[[], str]) -> None:
     for at, rows in _rows(value):
         if rows != size:
             got = "a 0-d value" if rows < 0 else f"{rows} rows"
             raise NodeError(
                 node.name, node.location,
-                f"it returned {got} in its value{at} on {where}, which holds {size} samples: a batch node returns "
+                f"it returned {got} in its value{at} on {where()}, which holds {size} samples: a batch node returns "
                 f"one row per sample (first dimension: the batch)\n"
                 "  fix: keep the batch dimension (reduce with dim=1 or later, not over dim 0), or compute a value "
                 "over all samples in a Collect node",
@@ -180,7 +188,7 @@ def consume_batches(step: BatchStep, batch_size: int, chunks: Iterator[Any], gro
         rows = {k: v[:n] for k, v in pending.items()}
         taken = indices[:n]
         where = f"batch {number} of group '{group}' (samples {taken[0]}-{taken[-1]})"
-        for k, v in step(collate_rows(rows), taken, where).items():
+        for k, v in step(collate_rows(rows), taken, lambda: where).items():
             out[k].append(v)
         for v in pending.values():
             del v[:n]

@@ -393,7 +393,7 @@ class Run:
         if pass_.batches:  # batch nodes run on a batch of this one sample (first dimension 1)
             step = self.batch_step(pass_, [o for o in self.plan.outputs if o in pass_.batches])
             values.update(step(collate_rows({r: [values[r]] for r in step.reads}), [index],
-                               f"a batch of sample {index} alone"))
+                               lambda: f"a batch of sample {index} alone"))
         return {o: values[o] for o in self.plan.outputs if o in values}
 
 

@@ -90,7 +90,7 @@ class Resize(SpatialTransform):
         if short_side and not isinstance(size, int):
             raise ValueError(f"Resize(size={size!r}, short_side=True): expected the short side's length as an int; "
                              "fix: Resize(n, short_side=True), or Resize((height, width))")
-        self.size = (size, size) if isinstance(size, int) else tuple(size)
+        self.size = _pair(size, type(self).__name__)
         self.short_side = short_side
         # torchvision takes about a second to import: do it where the transform is built
         # (usually the main process, before workers fork and inherit it), not per worker.
@@ -138,7 +138,7 @@ class CenterCrop(SpatialTransform):
 
     def __init__(self, size: int | tuple[int, int]):
         super().__init__()
-        self.size = (size, size) if isinstance(size, int) else tuple(size)
+        self.size = _pair(size, type(self).__name__)
 
     def _affine(self, size: Size, generator: torch.Generator | None) -> tuple[AffineMap, Size]:
         h, w = self.size
@@ -161,7 +161,7 @@ class RandomCrop(SpatialTransform):
 
     def __init__(self, size: int | tuple[int, int]):
         super().__init__()
-        self.size = (size, size) if isinstance(size, int) else tuple(size)
+        self.size = _pair(size, type(self).__name__)
 
     def _draw(self, size: Size, generator: torch.Generator | None) -> tuple[int, int]:
         h, w = self.size
