@@ -107,7 +107,8 @@ def test_execute_runs_batch_nodes_on_batches_of_batch_size(dr: fd.Driver) -> Non
     assert [p.shape[0] for p in out["power"]] == [4, 4, 2]  # the last batch smaller
     assert torch.allclose(torch.cat(out["power"]), _oracle(list(range(N))), atol=1e-4)
     assert out["wave_stats"].count == N * 64
-    again = dr.execute(["scaled"], inputs={"n": N}, batch_size=3, executor=fd.ProcessExecutor(2))["scaled"]
+    with fd.ProcessExecutor(2) as pool:  # an executor given is not closed by flowdata: close it here
+        again = dr.execute(["scaled"], inputs={"n": N}, batch_size=3, executor=pool)["scaled"]
     assert [s.shape[0] for s in again] == [3, 3, 3, 1]
     assert torch.allclose(torch.cat(again), _oracle(list(range(N))) * 2.0 / float(out["wave_stats"].std), atol=1e-4)
     with pytest.raises(fd.InputError, match=r"batch_size=0: expected a positive int"):
