@@ -359,8 +359,10 @@ def test_resume_gives_exactly_the_remaining_batches_of_the_uninterrupted_run(
         first, state = _run(dr, data, before, stop=stop, rank=rank, world_size=world_size)
         assert state is not None and sum(state["lane_batches"].values()) == stop
         rest, _ = _run(dr, data, after, state=state, rank=rank, world_size=world_size)
-        # The shuffle buffer's rows included: the remaining batches are those of the full run.
+        # The shuffle buffer's rows included: the remaining batches are those of the full run,
+        # in its order (at most 2 lanes a rank: 0, 1 or 2 workers take them over in order).
         assert Counter(first) + Counter(rest) == Counter(full)
+        assert first + rest == full
         every += [v for b in first + rest for v in b]
     assert sorted(every) == _all(shards)
 
@@ -518,3 +520,141 @@ def test_a_shard_that_cannot_be_opened_names_the_source_and_the_shard(dr: fd.Dri
     with pytest.raises(fd.NodeError, match=r"'row' \(.*:\d+\).*FileNotFoundError: part-1.parquet \(while opening "
                                            r"shard 1 of 2, sample 4294967296 on\)"):
         dr.execute(["all_x"], inputs={"data": _BadShards([[1], [2]])})
+
+
+# --- streams meeting the statistics pass and resume ------------------------------------------
+
+SIZES = [3, 30, 13, 50]  # rows per shard: however paired in lanes, the lanes end batches apart
+
+
+class _MappedShards(_Shards):
+    """A source in shards that is not a Hugging Face stream, holding a lambda (so it cannot
+    be pickled), as a stream with .map(lambda ...) does."""
+
+    def __init__(self, parts: list[list[int]]):
+        super().__init__(parts)
+        self.fn: Callable[[int], int] = lambda v: v * 2
+
+    def shard(self, num_shards: int, index: int) -> list[dict[str, int]]:
+        return [{"x": self.fn(r["x"])} for r in super().shard(num_shards, index)]
+
+
+def _sharded(kind: str, tmp_path: Path) -> Any:
+    """4 shards of SIZES rows each, as ``kind`` gives them (with a lambda: unpicklable)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    parts = [[s * 1000 + i for i in range(n)] for s, n in enumerate(SIZES)]
+    if kind == "shards+lambda":
+        return _MappedShards(parts)
+    if kind.startswith("from_dict"):
+        stream = datasets.Dataset.from_dict({"x": [v for p in parts for v in p]}).to_iterable_dataset(num_shards=4)
+    else:
+        files = []
+        for s, part in enumerate(parts):
+            files.append(str(tmp_path / f"part-{s}.parquet"))
+            pq.write_table(pa.table({"x": part}), files[-1])
+        stream = datasets.load_dataset("parquet", data_files=files, split="train", streaming=True)
+    assert stream.num_shards == 4
+    if kind.endswith("+map"):
+        return stream.map(lambda r: {"x": r["x"] * 2})
+    if kind.endswith("+filter"):
+        return stream.filter(lambda r: r["x"] % 3 != 0)
+    return stream
+
+
+@pytest.mark.parametrize("kind", ["from_dict+map", "parquet+filter", "parquet", "shards+lambda"])
+def test_an_unpicklable_stream_gets_its_statistics_with_workers_and_its_epoch_in_the_workers(
+    dr: fd.Driver, tmp_path: Path, kind: str
+) -> None:
+    # stream.map(lambda ...) with a statistics pass on 2 workers was a FlowdataError
+    # "... cannot be sent to worker processes: PicklingError": its shards are read here.
+    data = _sharded(kind, tmp_path)
+    inline = dr.dataloader(["centered"], inputs={"data": data}, batch_size=4)
+    pooled = dr.dataloader(["centered"], inputs={"data": data}, batch_size=4, num_workers=2)
+    for field in ("mean", "var", "count"):  # the same bits as in one process
+        assert getattr(pooled.stats["x_stats"], field).tolist() == getattr(inline.stats["x_stats"], field).tolist()
+    assert sorted(_xs(pooled, "centered")) == sorted(_xs(inline, "centered"))
+    assert len(_xs(pooled, "centered")) == pooled.stats["x_stats"].count.item() == (
+        sum(1 for r in data if r["x"] % 3 != 0) if kind.endswith("filter") else sum(SIZES))
+
+
+def _batches(loader: Any, cuts: tuple[int, ...] | None = ()) -> tuple[list[list[float]], dict[int, Any]]:
+    """The epoch's batches, and ``state_dict()`` after each of ``cuts`` batches (None: every one)."""
+    out: list[list[float]] = []
+    states = {}
+    for b in loader:
+        out.append(b["centered"].tolist())
+        if cuts is None or len(out) in cuts:
+            states[len(out)] = loader.state_dict()
+    return out, states
+
+
+@pytest.mark.parametrize("shuffle", [False, True])
+@pytest.mark.parametrize("kind", ["from_dict+map", "parquet+filter", "parquet", "shards+lambda"])
+def test_a_stream_in_shards_resumed_at_the_same_worker_count_continues_in_the_uninterrupted_order(
+    dr: fd.Driver, tmp_path: Path, kind: str, shuffle: bool
+) -> None:
+    # 4 shards, 2 workers, state_dict() after 7 batches, a new loader with 2 workers: the
+    # remaining batches were the right ones in another order (the other worker served first).
+    data = _sharded(kind, tmp_path)
+    args: dict[str, Any] = dict(inputs={"data": data}, batch_size=4, shuffle=shuffle, shuffle_buffer=8, seed=5)
+    full, states = _batches(dr.dataloader(["centered"], num_workers=2, **args), None)
+    # Cut early, in the middle, and where the shorter lane has ended (then one lane serves alone).
+    ended = 2 * min(states[len(full)]["lane_batches"].values())
+    cuts = sorted({1, 7, ended, ended + 1} & set(range(1, len(full))))
+    assert 7 in cuts and (kind.startswith("from_dict") or ended + 1 in cuts)
+    for cut in cuts:
+        again = dr.dataloader(["centered"], num_workers=2, **args)
+        again.load_state_dict(states[cut])
+        rest, _ = _batches(again)
+        assert full[:cut] + rest == full, f"resumed after {cut} batches"  # element by element
+    # 0 workers, or more workers than lanes: the same order too; the next epoch is laid out anew.
+    for workers in (0, 3) if kind in ("parquet", "shards+lambda") else ():
+        again = dr.dataloader(["centered"], num_workers=workers, **args)
+        again.load_state_dict(states[7])
+        rest, _ = _batches(again)
+        assert full[:7] + rest == full, f"resumed with {workers} workers"
+
+
+def test_a_resumed_stream_saved_again_continues_in_the_uninterrupted_order(dr: fd.Driver) -> None:
+    data = datasets.Dataset.from_dict({"x": list(range(70))}).to_iterable_dataset(num_shards=4)
+    args: dict[str, Any] = dict(inputs={"data": data}, batch_size=4, shuffle=True, shuffle_buffer=8, seed=1,
+                                num_workers=2)
+    full, states = _batches(dr.dataloader(["centered"], **args), (3,))
+    again = dr.dataloader(["centered"], **args)
+    again.load_state_dict(states[3])
+    assert again.state_dict()["last_lane"] == states[3]["last_lane"]  # saved before a batch came
+    it = iter(again)
+    more = [next(it)["centered"].tolist() for _ in range(4)]
+    state = again.state_dict()
+    del it
+    last = dr.dataloader(["centered"], **args)
+    last.load_state_dict(state)
+    rest, _ = _batches(last)
+    assert full[:3] + more + rest == full
+
+
+def test_a_stream_position_naming_a_lane_that_served_nothing_is_refused(dr: fd.Driver) -> None:
+    data = _stream(2)
+    _, state = _run(dr, data, 2, stop=1)
+    assert set(state["lane_batches"]) == {str(state["last_lane"])}
+    state["last_lane"] = 1 - state["last_lane"]
+    loader = dr.dataloader(["x"], inputs={"data": data}, batch_size=6, shuffle=True, shuffle_buffer=20, seed=7)
+    with pytest.raises(fd.FlowdataError, match=r"cannot resume: the saved position of the stream in shards.*the "
+                                               r"last batch came from lane \d, which served none"):
+        loader.load_state_dict(state)
+
+
+def test_an_unpicklable_stream_under_spawned_workers_is_an_error_naming_it_and_the_fix(
+    dr: fd.Driver, tmp_path: Path
+) -> None:
+    # Spawned workers receive the dataset pickled: torch raised a bare PicklingError.
+    loader = dr.dataloader(["x"], inputs={"data": _sharded("from_dict+map", tmp_path)}, batch_size=4,
+                           num_workers=2, multiprocessing_context="spawn")
+    with pytest.raises(fd.FlowdataError, match=r"(?s)the loader's dataset cannot be sent to its 2 DataLoader "
+                                               r"workers, started by 'spawn': source 'row' returned a "
+                                               r"IterableDataset that cannot be pickled: .*lambda.*"
+                                               r"fix: give the stream's map\(\) and filter\(\) module-level "
+                                               r"functions.*multiprocessing_context='fork'.*num_workers=0"):
+        next(iter(loader))

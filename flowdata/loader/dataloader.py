@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import logging
+import pickle
 import random
 import weakref
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -22,7 +23,7 @@ from torch.utils.data import DataLoader as TorchDataLoader
 from flowdata.errors import FlowdataError, describe
 from flowdata.loader.accelerate import Prepared
 from flowdata.loader.datasets import BatchView, LaneDataset
-from flowdata.loader.lanes import Lane, served_of
+from flowdata.loader.lanes import Lane, resumed, served_of
 from flowdata.loader.order import EpochBatches, EpochSampler
 from flowdata.loader.wire import Batch
 from flowdata.report import Report
@@ -142,7 +143,8 @@ class DataLoader(TorchDataLoader):  # type: ignore[type-arg]
         self.batch_step = batch_step
         self._served = 0
         self._lane_served: dict[int, int] = {}  # a stream in shards: batches served of each lane
-        self._resume_lanes: tuple[list[Lane], dict[int, int]] | None = None  # set by load_state_dict
+        self._resume_lanes: tuple[list[Lane], dict[int, int], int | None] | None = None  # set by load_state_dict
+        self._last_lane: int | None = None  # a stream in shards: the lane of the last batch served
         self._epoch = 0
         self._resume_at = 0  # set by load_state_dict for the next iteration only
         self._finished = False  # the last iteration ran to the end of its epoch
@@ -205,9 +207,9 @@ class DataLoader(TorchDataLoader):  # type: ignore[type-arg]
             self.flow_sampler.start = batch
         elif isinstance(self.flow_dataset, LaneDataset):
             self.flow_dataset.epoch = self._epoch
-            lanes, done = self._resume_lanes if batch and self._resume_lanes is not None else (None, {})
+            lanes, done, last = self._resume_lanes if batch and self._resume_lanes is not None else (None, {}, None)
             self.flow_dataset.lanes, self.flow_dataset.done = lanes, dict(done)
-            self._lane_served = dict(done)
+            self._lane_served, self._last_lane = dict(done), last
         else:
             self.flow_dataset.epoch = self._epoch
             self.flow_dataset.skip_batches = batch
@@ -237,7 +239,7 @@ class DataLoader(TorchDataLoader):  # type: ignore[type-arg]
             accelerate.begin(self)
         try:
             with sigint_deferred():  # starting the workers forks them (see sigint_deferred)
-                it = super().__iter__()
+                it = self._start_workers()
             # The last batch is known before it is delivered (Accelerate reads that): by the
             # count, or, streaming, by fetching one batch ahead.
             ahead = accelerate is not None and total is None
@@ -280,11 +282,30 @@ class DataLoader(TorchDataLoader):  # type: ignore[type-arg]
         self._start_at(0)
         self._finished = True
 
+    def _start_workers(self) -> Iterator[Batch]:
+        """torch's iterator; workers that are not forked receive the dataset pickled, and
+        what cannot be pickled is named (torch would raise a bare ``PicklingError``)."""
+        try:
+            return super().__iter__()
+        except (pickle.PicklingError, TypeError, AttributeError) as exc:
+            what = self.flow_dataset.unpicklable() if self.num_workers > 0 and "pickle" in str(exc) else None
+            if what is None:
+                raise
+            ctx = self.multiprocessing_context
+            method = ctx.get_start_method() if ctx is not None else torch.multiprocessing.get_start_method()
+            what, fix = what.split("\n  fix: ", 1)
+            raise FlowdataError(
+                f"the loader's dataset cannot be sent to its {self.num_workers} DataLoader workers, started by "
+                f"'{method}': {what}\n  fix: {fix}; or build the loader with multiprocessing_context='fork' "
+                "(forked workers inherit it, on Linux and macOS), or num_workers=0"
+            ) from None
+
     def _account(self, batch: Batch) -> None:
         if batch.error is not None:
             raise batch.error.with_traceback(None)
         if batch.lane is not None:
             self._lane_served[batch.lane] = self._lane_served.get(batch.lane, 0) + 1
+            self._last_lane = batch.lane
         spec = self.flow_dataset.spec
         if batch.cache:
             self.recorder.report.add_cache(batch.cache)
@@ -372,6 +393,7 @@ class DataLoader(TorchDataLoader):  # type: ignore[type-arg]
             lanes = d.lanes if d.lanes is not None else d.rank_lanes(max(1, self.num_workers))
             state["lanes"] = {str(lane.number): lane.to_state() for lane in lanes}
             state["lane_batches"] = {str(k): v for k, v in sorted(self._lane_served.items())}
+            state["last_lane"] = self._last_lane  # where the next batch comes from (see lanes.resumed)
         return state
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
@@ -406,19 +428,23 @@ class DataLoader(TorchDataLoader):  # type: ignore[type-arg]
         self._finished = False
         self._start_at(self._resume_at)
 
-def _saved_lanes(state: Mapping[str, Any], served: int) -> tuple[list[Lane], dict[int, int]]:
-    """The lanes and their served batches of a stream in shards' ``state_dict()``."""
+def _saved_lanes(state: Mapping[str, Any], served: int) -> tuple[list[Lane], dict[int, int], int | None]:
+    """The lanes (in the order the workers take them), their served batches and the lane
+    of the last batch served, of a stream in shards' ``state_dict()``."""
     try:
-        lanes = [Lane.from_state(int(k), v) for k, v in sorted(state["lanes"].items(), key=lambda kv: int(kv[0]))]
+        lanes = [Lane.from_state(int(k), v) for k, v in state["lanes"].items()]
         done = served_of(state["lane_batches"])
         if sum(done.values()) != served or not set(done) <= {lane.number for lane in lanes}:
             raise ValueError("the batches served of each lane do not add up")
+        last = state.get("last_lane")  # absent from a state saved before it was kept
+        if last is not None and not done.get(int(last)):
+            raise ValueError(f"the last batch came from lane {last!r}, which served none")
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
         raise FlowdataError(
             f"cannot resume: the saved position of the stream in shards is incomplete or impossible ({exc})\n"
             "  fix: pass a state_dict() of a flowdata.DataLoader as it was saved"
         ) from None
-    return lanes, done
+    return resumed(lanes, None if last is None else int(last)), done, None if last is None else int(last)
 
 
 def _to_device(x: Any, device: torch.device, non_blocking: bool) -> Any:

@@ -126,6 +126,21 @@ class PassWork:
         """The error of a failure, as the engine words it."""
         return failure_error(failure, self.spec.group, self.spec.number, worker)
 
+    def unpicklable(self) -> str | None:
+        """What keeps the dataset from being sent to DataLoader workers that are not forked
+        (``spawn``, ``forkserver``), and how to fix it; None when it pickles."""
+        import pickle
+
+        parts = [(f"'{name}' (a {type(value).__name__}), read by group '{self.spec.group}',", value,
+                  "return a picklable value (no lambdas, open files or locks)") for name, value in self.whole.items()]
+        parts.append(("the collate_fn", self.collate_fn, "pass a module-level function as collate_fn"))
+        for what, value, fix in parts:
+            try:
+                pickle.dumps(value)
+            except Exception as exc:
+                return f"{what} cannot be pickled: {describe(exc)}\n  fix: {fix}"
+        return None
+
 
 class PassDataset(PassWork, Dataset[dict[str, Any]]):
     """The per-sample work of one pass as a map-style torch ``Dataset``.
@@ -344,10 +359,27 @@ class LaneDataset(StreamWork):
     def __init__(self, program: Program, spec: PassSpec, whole: Mapping[str, Any], outputs: Sequence[str],
                  data: Any, **options: Any):
         super().__init__(program, spec, whole, outputs, **options)
+        if self._nodes is not None:  # the workers read the stream, not the source's inputs
+            read = {p.name for name in spec.computes for p in self._nodes[name].params}
+            self.whole = {k: v for k, v in self.whole.items() if k in read}
         self.data = data
         self.num_shards = int(data.num_shards)
         self.lanes: list[Lane] | None = None  # this rank's lanes when resumed, else from the worker count
         self.done: dict[int, int] = {}  # batches of each lane served before a resume
+
+    def unpicklable(self) -> str | None:
+        """As :meth:`PassWork.unpicklable`, the stream itself first."""
+        import pickle
+
+        try:
+            pickle.dumps(self.data)
+        except Exception as exc:
+            return (
+                f"source '{self.spec.group}' returned a {type(self.data).__name__} that cannot be pickled: "
+                f"{describe(exc)}\n  fix: give the stream's map() and filter() module-level functions (not "
+                "lambdas or local functions)"
+            )
+        return super().unpicklable()
 
     def rank_lanes(self, consumers_per_rank: int) -> list[Lane]:
         """This rank's lanes of the epoch, for ``consumers_per_rank`` consumers on every rank."""

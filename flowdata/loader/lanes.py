@@ -20,6 +20,16 @@ batches (a batch never mixes lanes; each lane's last batch may be partial, and
 position of an epoch is the number of batches served of each lane: a resumed loader --
 with any ``num_workers`` -- deals the saved lanes to its workers and skips those batches
 by replaying only the rows' bookkeeping, buffer included.
+
+torch asks a loader's workers in turn, from worker 0, skipping those whose stream has
+ended; a worker serving several lanes takes them in turn too. So an epoch's batches come
+lane after lane in the order of the lanes' numbers, a lane that has ended left out. The
+position therefore also holds the lane of the last batch served; a resumed loader deals
+the lanes from the one after it (:func:`resumed`), so that with the same number of
+workers (or 0 or 1 worker, or at least as many workers as lanes) the batches come in
+exactly the uninterrupted order. With another number, a worker serving two lanes goes on
+alternating them after a third lane has ended: exactly the remaining batches come, but
+once a lane ends in another order.
 """
 
 from __future__ import annotations
@@ -33,7 +43,7 @@ from flowdata.loader.order import _shuffled, cut_batches
 from flowdata.run.shards import ShardedSource
 from flowdata.sample import sample_seed
 
-__all__ = ["Lane", "Slice", "lane_batches", "layout"]
+__all__ = ["Lane", "Slice", "lane_batches", "layout", "resumed"]
 
 
 @dataclass(frozen=True)
@@ -107,6 +117,14 @@ def interleaved(streams: list[Iterator[Any]]) -> Iterator[Any]:
 
 
 _END = object()
+
+
+def resumed(lanes: list[Lane], last: int | None) -> list[Lane]:
+    """A rank's lanes in the order its workers take them on a resume: by number, from the one
+    after ``last`` (the lane of the last batch served, None: from the first) on, cyclically."""
+    ordered = sorted(lanes, key=lambda lane: lane.number)
+    at = next((k + 1 for k, lane in enumerate(ordered) if lane.number == last), 0) % max(1, len(ordered))
+    return ordered[at:] + ordered[:at]
 
 
 def served_of(state: Mapping[Any, Any]) -> dict[int, int]:

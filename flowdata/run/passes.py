@@ -238,7 +238,11 @@ class Engine:
             # Items stay here: workers hand back computed columns only.
             remote = dataclasses.replace(spec, want=tuple(w for w in spec.want if w != group),
                                          watch=watch.folder if watch is not None else None)
-            context = PassContext(self.program, remote, whole, self.recorder.skip, nodes=self.nodes)
+            # Workers get only what the computed nodes read: a value read by the source alone
+            # (a stream with .map(lambda ...), which cannot be pickled) stays here.
+            read = {p.name for name in spec.computes for p in self.nodes[name].params}
+            context = PassContext(self.program, remote, {k: v for k, v in whole.items() if k in read},
+                                  self.recorder.skip, nodes=self.nodes)
             # A pass that computes nothing per sample needs no round trip for its items.
             executor = self.executor if spec.computes else _INLINE
             sizer = ChunkSizer(self.chunk_size, MAX_CHUNK, align=bool(spec.folds))
