@@ -496,6 +496,7 @@ def test_a_float_wav_with_a_nan_sample(tmp_path: Path) -> None:
 
 
 STUCK = """
+import os
 import signal
 import time
 
@@ -509,6 +510,8 @@ def stream(n: int) -> Sequential[int]:
 
 def slow(item: int, stuck: int = 3, deaf: int = -1) -> int:
     if item == stuck:
+        if os.environ.get("FD_TEST_STUCK_MARK"):  # tells the test the sample is under way
+            open(os.environ["FD_TEST_STUCK_MARK"], "w").close()
         time.sleep(3600)  # a read that never returns, a lock never released
     if item == deaf:  # a node no signal reaches (as native code holding the GIL)
         signal.pthread_sigmask(signal.SIG_BLOCK, [signal.SIGALRM])
@@ -642,13 +645,24 @@ def test_ctrl_c_while_a_node_is_stuck(make_module: Callable[..., Any], tmp_path:
     module = make_module(STUCK)
     script = tmp_path / "run.py"
     script.write_text(INTERRUPTED.format(folder=str(tmp_path), module=module.__name__, call=call))
+    mark = tmp_path / "stuck"
     proc = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+                            start_new_session=True, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+                            env={**os.environ, "FD_TEST_STUCK_MARK": str(mark)})
     try:
         assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
-        time.sleep(2.0)  # the pass is under way, a worker stuck in sample 3
+        # Interrupt once a worker is stuck in sample 3 (however loaded the machine is,
+        # starting the workers may take long), not after a fixed time.
+        for _ in range(1200):
+            if mark.exists() or proc.poll() is not None:
+                break
+            time.sleep(0.1)
+        assert mark.exists(), "sample 3 never started"
+        time.sleep(0.5)
         os.kill(proc.pid, signal.SIGINT)
-        out, err = proc.communicate(timeout=15)  # the pool used to wait for the stuck worker forever
+        # The pool used to wait for the stuck worker forever; stopping takes about 1.5 s
+        # on a quiet machine, and the limit only tells a hang from a slow machine.
+        out, err = proc.communicate(timeout=90)
         # Stopped and handled (a process that ends by SIGINT at its very end, after the
         # handler ran, is also what Ctrl-C means; it happens under load).
         assert out.strip() == "interrupted" and proc.returncode in (0, -signal.SIGINT), err[-3000:]
