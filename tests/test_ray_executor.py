@@ -231,7 +231,7 @@ def test_a_stuck_worker_is_ended_and_its_chunk_computed_again(build: Callable[..
     assert got == {"total": sum(range(30)) - 7}
     assert [(s.index, s.node) for s in report.skipped] == [(7, "value")]
     assert "did not respond to the interruption: its worker process (pid" in report.skipped[0].error
-    assert time.monotonic() - start < 20
+    assert time.monotonic() - start < 50  # the deaf task sleeps 60 s: it was not waited for
 
 
 def test_what_cannot_be_pickled_is_named(build: Callable[..., fd.Driver], executor: fd.RayExecutor) -> None:
@@ -310,9 +310,9 @@ def test_map_contract(executor: fd.RayExecutor, tmp_path: Path) -> None:
     with fd.RayExecutor(max_in_flight=8) as small:
         results = small.map(_touch_later, range(20), context=str(tmp_path))
         assert next(results) == 0  # 8 more tasks are pending now, each 0.5 s of work on 2 CPUs
-        start = time.monotonic()
         results.close()  # type: ignore[attr-defined]
-        assert time.monotonic() - start < 0.4  # not waited for
+        # Not waited for: had close() waited for the 8 tasks, all 8 files would be there
+        # (checked below, with no clock, so that a loaded machine cannot fail it).
     time.sleep(2.5)  # time enough for all 8 to finish if they had not been cancelled
     # Queued tasks never run; a running one is interrupted (Ray's cancel is best-effort for
     # a task that was starting just then, so one per CPU may still finish).
