@@ -11,7 +11,7 @@ import warnings
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType, ModuleType
-from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, ParamSpec, TypeVar, overload
 
 from flowdata.discover import Program, discover, import_file, program_of
 from flowdata.errors import (
@@ -376,6 +376,29 @@ class Driver:
         return SampleCache.of(names, os.fspath(cache_dir), max_bytes, self.graph.nodes, self.analysis.per_sample,
                               lambda n: self.graph.ancestors([n]), lambda n: self.analysis.group_of[n])
 
+    # The declared type is what comes back: an indexed dataset (len(), ds[i]) unless
+    # streaming=True asks for a stream (iterable, no len).
+    @overload
+    def dataset(
+        self, outputs: Iterable[str], inputs: Mapping[str, Any] | None = None, *, seed: int = 0,
+        on_error: str = "raise", cache_dir: str | os.PathLike[str] | None = None, cache: Iterable[str] | None = None,
+        streaming: Literal[False] = False,
+    ) -> PassDataset: ...
+
+    @overload
+    def dataset(
+        self, outputs: Iterable[str], inputs: Mapping[str, Any] | None = None, *, seed: int = 0,
+        on_error: str = "raise", cache_dir: str | os.PathLike[str] | None = None, cache: Iterable[str] | None = None,
+        streaming: Literal[True],
+    ) -> StreamDataset | LaneDataset: ...
+
+    @overload
+    def dataset(
+        self, outputs: Iterable[str], inputs: Mapping[str, Any] | None = None, *, seed: int = 0,
+        on_error: str = "raise", cache_dir: str | os.PathLike[str] | None = None, cache: Iterable[str] | None = None,
+        streaming: bool,
+    ) -> PassDataset | StreamDataset | LaneDataset: ...
+
     @_public
     def dataset(
         self,
@@ -386,14 +409,26 @@ class Driver:
         on_error: str = "raise",
         cache_dir: str | os.PathLike[str] | None = None,
         cache: Iterable[str] | None = None,
+        streaming: bool = False,
     ) -> PassDataset | StreamDataset | LaneDataset:
-        """The torch ``Dataset`` under ``dataloader()``: ``dataset[i]`` is sample ``i``'s
-        outputs (statistics of earlier passes computed first, inline)."""
+        """The torch ``Dataset`` under ``dataloader()`` (statistics of earlier passes
+        computed first, inline).
+
+        ``streaming=False`` (the default) gives a ``PassDataset``: ``len(ds)`` samples,
+        ``ds[i]`` is sample ``i``'s outputs. A group that can only be streamed (a
+        ``Sequential`` source, or a source returning a stream in shards such as a
+        ``datasets.IterableDataset``) is refused then (``InputError``), so that the declared
+        type is what comes back. ``streaming=True`` gives a ``StreamDataset`` (or a
+        ``LaneDataset`` for a stream in shards): an ``IterableDataset`` of one dict per
+        sample, with no length.
+        """
         from flowdata.loader.build import LoaderOptions, build_dataset
 
-        options = LoaderOptions(seed=seed, on_error=on_error, cache_dir=cache_dir,
+        if not isinstance(streaming, bool):
+            raise InputError(f"streaming={streaming!r}: expected True (a stream, no len) or False (indexed)")
+        options = LoaderOptions(seed=seed, on_error=on_error, cache_dir=cache_dir, streaming=streaming,
                                 samples=self._sample_cache(cache, cache_dir, None))
-        return build_dataset(self, tuple(outputs), inputs, options, batches=False)[0]
+        return build_dataset(self, tuple(outputs), inputs, options, batches=False, require_index=not streaming)[0]
 
     @_public
     def dataloader(

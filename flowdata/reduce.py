@@ -4,7 +4,10 @@
 
     @reduce(Welford, dim=(0, 2))
     def feature_stats(feature: Collect[torch.Tensor]) -> Stats:
-        ...  # not called, as with Hamilton's @does
+        raise NotImplementedError("@reduce folds the values; the body is not called")
+
+The body is not called (as with Hamilton's ``@does``). It raises rather than being ``...``:
+mypy reports a ``...`` body under a return type as ``empty-body``, whatever the decorator.
 
 The node has exactly one ``Collect[...]`` parameter; its other parameters (whole values
 such as histogram edges) are passed to the reducer's constructor as keyword arguments,

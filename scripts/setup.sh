@@ -22,12 +22,11 @@ fi
 
 # Reinstall only when the pins or the project metadata change.
 stamp=.venv/.flowdata-installed
-want=$( (cat constraints.txt pyproject.toml; echo "editable_mode=compat") | sha256sum | cut -d' ' -f1)
+want=$(cat constraints.txt pyproject.toml | sha256sum | cut -d' ' -f1)
 if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
     echo "setup: installing pinned packages (first run downloads torch, several GB)"
-    # compat: a plain .pth path, which mypy and pyright read (the default editable
-    # install is an import hook that static checkers cannot see).
-    .venv/bin/pip install -q --disable-pip-version-check -c constraints.txt -e '.[dev]' \
-        --config-settings editable_mode=compat
+    # An ordinary editable install: the build backend (hatchling) writes a plain .pth
+    # path, which mypy and pyright read from any folder.
+    .venv/bin/pip install -q --disable-pip-version-check -c constraints.txt -e '.[dev]'
     echo "$want" > "$stamp"
 fi

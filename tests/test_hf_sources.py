@@ -392,7 +392,7 @@ def test_a_stream_split_by_node_already_is_not_split_between_ranks_again(dr: fd.
 def test_the_dataset_of_a_stream_in_shards_works_under_a_plain_torch_dataloader(dr: fd.Driver) -> None:
     from torch.utils.data import DataLoader
 
-    ds = dr.dataset(["x", "key"], inputs={"data": _stream(4)})
+    ds = dr.dataset(["x", "key"], inputs={"data": _stream(4)}, streaming=True)
     assert type(ds).__name__ == "LaneDataset"
     rows = [r for batch in DataLoader(ds, batch_size=5, num_workers=2) for r in batch["x"].tolist()]
     assert sorted(rows) == _all(4)  # each worker read its own shards, laid out for 2 workers

@@ -121,6 +121,16 @@ def _refuse_split_by_node(source: str, opened: object, options: LoaderOptions) -
         )
 
 
+def _refuse_stream(source: str, why: str) -> None:
+    """``dataset()`` without ``streaming=True`` over a group that can only stream: refused,
+    as its declared type (an indexed ``PassDataset``) would not be what comes back."""
+    raise InputError(
+        f"dataset() gives an indexed PassDataset (len(ds), ds[i]) unless streaming=True, but source "
+        f"'{source}' {why}: it can only be streamed, as a dataset with no length\n"
+        "  fix: dr.dataset(..., streaming=True) (an IterableDataset of one dict per sample)"
+    )
+
+
 def _say_fallback(source: str, shards: int, options: LoaderOptions) -> None:
     """Logs, once, that a stream has fewer shards than consumers (rows are read again)."""
     workers = max(1, options.num_workers)
@@ -135,9 +145,10 @@ def _say_fallback(source: str, shards: int, options: LoaderOptions) -> None:
 
 def build_dataset(
     driver: Driver, outputs: Sequence[str], inputs: Mapping[str, Any] | None, options: LoaderOptions,
-    *, batches: bool = True,
+    *, batches: bool = True, require_index: bool = False,
 ) -> tuple[PassDataset | StreamDataset | LaneDataset, list[int], dict[str, Any], Recorder, BatchStep | None]:
-    """Plans the call, computes what the last pass reads, and makes its dataset.
+    """Plans the call, computes what the last pass reads, and makes its dataset
+    (``require_index``: a ``PassDataset`` or an ``InputError``, never a stream).
 
     Returns the dataset, the sample indices to iterate (map-style; those skipped in the
     statistics pass left out), the Collect results computed on the way (``loader.stats``),
@@ -180,6 +191,8 @@ def build_dataset(
             "  fix: leave streaming=False (the source is indexed once, in this process), or execute() "
             "the first group into a list and give it to a source as an input"
         )
+    if require_index and streaming:
+        _refuse_stream(group.source, "is a Sequential source (its samples are streamed, in order)")
     pass_ = next(p for p in group.passes if p.outputs)
     # What the dataset delivers: the per-sample outputs, and what the batch nodes read.
     delivered = pass_.outputs if pass_.batches else outputs
@@ -203,6 +216,8 @@ def build_dataset(
             opened = run.open_source(group)
             _refuse_split_by_node(group.source, opened, options)
             if isinstance(opened, ShardedSource):
+                if require_index:
+                    _refuse_stream(group.source, f"returned a stream in shards ({type(opened.data).__name__})")
                 run.use_source(group.source, opened)  # the statistics pass streams it once, here
                 _say_fallback(group.source, opened.num_shards, options)
                 return None, opened
