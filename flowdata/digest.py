@@ -71,13 +71,15 @@ class Unseen(Exception):
 
 class _Context(threading.local):
     """What one digest (or code key) in progress has seen: objects being read (a cycle
-    meets one again) and code keys already made (a list of 10,000 instances of one class
-    reads the class's source once)."""
+    meets one again), code keys already made (a list of 10,000 instances of one class
+    reads the class's source once) and digests of big arrays (a model's weights reached by
+    several nodes are hashed once while a loader is built)."""
 
     def __init__(self) -> None:
         self.depth = 0
         self.active: set[int] = set()
         self.codes: dict[int, tuple[Any, str]] = {}
+        self.big: dict[int, tuple[Any, str]] = {}
 
 
 _CTX = _Context()
@@ -95,6 +97,7 @@ def reading() -> Iterator[_Context]:
         if ctx.depth == 0:
             ctx.active.clear()
             ctx.codes.clear()
+            ctx.big.clear()
 
 
 def digest(value: Any) -> str:
@@ -130,9 +133,9 @@ def _feed(h: Any, value: Any) -> None:
         h.update(f"enum:{_name(t)}:".encode())
         _child(h, value.value, ".value")
     elif _numpy_value(value):
-        _feed_array(h, value)
+        _feed_big(h, value, _feed_array)
     elif _torch_value(value, "Tensor"):
-        _feed_tensor(h, value)
+        _feed_big(h, value, _feed_tensor)
     elif _torch_value(value, "nn", "Module"):
         _once(h, value, _feed_module)
     elif t.__module__.startswith("datasets."):
@@ -251,6 +254,27 @@ def _torch_value(value: Any, *path: str) -> bool:
     for part in path:
         obj = getattr(obj, part, None)
     return isinstance(obj, type) and isinstance(value, obj)
+
+
+_BIG = 1 << 20  # bytes from which an array's digest is kept while a digest (or a build) is in progress
+
+
+def _feed_big(h: Any, value: Any, feed: Any) -> None:
+    """An array or tensor; a big one by the digest of its content, made once per context
+    (its state cannot change while one key is being made)."""
+    try:
+        big = value.nbytes >= _BIG
+    except RuntimeError:  # a sparse tensor
+        big = False
+    if not big:
+        feed(h, value)
+        return
+    known = _CTX.big.get(id(value))
+    if known is None or known[0] is not value:
+        sub = hashlib.sha256()
+        feed(sub, value)
+        known = _CTX.big[id(value)] = (value, sub.hexdigest())
+    h.update(f"big:{known[1]};".encode())
 
 
 def _feed_array(h: Any, value: Any) -> None:

@@ -7,9 +7,9 @@ reads (in nested functions, comprehensions and lambdas too):
   numbers, strings, enums, tuples, arrays and tensors by value; torch modules by their
   parameters, buffers and settings (weights loaded into a module-level encoder change the
   key); instances and dataclasses through their attributes. A module-level ``list``,
-  ``dict`` or ``set`` (any mutable container) is keyed by its type only: its contents may
-  change as the program runs (a counter, a log, a memo); make a lookup table a tuple, or
-  give it as an input or config, for its contents to be part of the key;
+  ``dict`` or ``set`` (any mutable container, a ``threading.local`` too) is keyed by its
+  type only: its contents may change as the program runs (a counter, a log, a memo); make
+  a lookup table a tuple, or give it as an input or config, for its contents to count;
 - **functions and classes of the user's own modules** it calls or uses, transitively
   (their source text, and what *they* reach), ``functools`` wrappers (``lru_cache``,
   ``wraps``) through ``__wrapped__``, bound methods with their object's state, and its
@@ -41,6 +41,7 @@ import inspect
 import os
 import sys
 import sysconfig
+import threading
 import types
 from collections.abc import Iterator
 from typing import Any
@@ -50,9 +51,9 @@ from flowdata.digest import Unseen, is_code
 __all__ = ["code_key", "file_stats", "is_user_module", "package_version"]
 
 _CONSTANT = (bool, int, float, complex, str, bytes, type(None))
-# Mutable containers at module level: keyed by their type (see reached()).
+# Mutable containers at module level, per-thread stores included: keyed by their type (see reached()).
 _MUTABLE = (list, dict, set, bytearray, collections.deque, collections.abc.MutableMapping,
-            collections.abc.MutableSequence, collections.abc.MutableSet)
+            collections.abc.MutableSequence, collections.abc.MutableSet, threading.local)
 
 
 @functools.lru_cache(maxsize=1)

@@ -293,6 +293,11 @@ def test_a_node_reaching_an_open_handle_is_refused_by_cache(tmp_path: Path) -> N
         dr.dataloader(["logged"], inputs={"n": N}, cache=["logged"], cache_dir=tmp_path)
     with pytest.raises(fd.InputError, match=r"cache=\['logged'\]: the key of 'logged'"):
         dr.run_sample(["logged"], inputs={"n": N}, cache=["logged"], cache_dir=tmp_path)
+    # downstream of a statistics pass, and upstream of the cached node: refused before the pass runs
+    with pytest.raises(fd.InputError, match=r"cache=\['late'\]: the key of 'late' .* cannot see "
+                                            r"tests.cache_cases.seams.LOG .*\(upstream, through 'logged'"):
+        dr.dataloader(["late"], inputs={"n": N}, cache=["late"], cache_dir=tmp_path)
+    assert calls() == []
     with pytest.raises(fd.InputError, match=r"cache=\['tagged'\]: the key of 'tagged' .* cannot see the value of "
                                             r"'tag'\[1\] \(a _thread.lock, whose state cannot be read\)"):
         dr.run_sample(["tagged"], inputs={"n": N, "tag": ["ok", threading.Lock()]}, cache=["tagged"],

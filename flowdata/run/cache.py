@@ -12,7 +12,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from flowdata.cache import PassCache
-from flowdata.digest import Unseen, digest
+from flowdata.digest import Unseen, digest, reading
 from flowdata.fingerprint import code_key, file_stats, package_version
 from flowdata.discover import Program
 from flowdata.node import Node
@@ -73,7 +73,8 @@ class ReductionCache:
         if group.kind == "sequential" or chained:
             return None  # endless streams and sources fed by another group are not fingerprinted
         try:
-            return self._key(group, pass_, folds, whole, open_source)
+            with reading():  # one context: state that several nodes reach is hashed once
+                return self._key(group, pass_, folds, whole, open_source)
         except Unseen as exc:
             where = f"pass {pass_.number} of group '{group.source}'"
             text = (f"{where} is not cached: its key cannot see {exc}: a stored result would go stale when it changes; "

@@ -132,13 +132,21 @@ class SampleCache:
                     "  fix: cache the deterministic node before the random one (the decoded image) and "
                     "augment downstream of it"
                 )
+        from flowdata.digest import reading
+
+        with reading():  # now, not after a statistics pass: what the key cannot see in the code
+            for name in self.names:
+                _codes(name, nodes, sorted({name, *self.upstream[name]}))
 
     def attach(self, spec: Any, nodes: Mapping[str, Node], whole: Mapping[str, Any], config: Mapping[str, Any]) -> Any:
         """``spec`` (a :class:`~flowdata.run.kernel.PassSpec`) with the cached nodes it computes."""
         import dataclasses
 
-        cached = tuple(self.cached_node(n, nodes, whole, config, self.upstream[n])
-                       for n in self.names if n in spec.computes)
+        from flowdata.digest import reading
+
+        with reading():  # one context: state that several cached nodes reach is hashed once
+            cached = tuple(self.cached_node(n, nodes, whole, config, self.upstream[n])
+                           for n in self.names if n in spec.computes)
         return dataclasses.replace(spec, cache=cached) if cached else spec
 
     def cached_node(self, name: str, nodes: Mapping[str, Node], whole: Mapping[str, Any], config: Mapping[str, Any],
@@ -151,19 +159,13 @@ class SampleCache:
                 could serve stale values when it changes.
         """
         from flowdata.digest import Unseen, digest
-        from flowdata.fingerprint import code_key, file_stats, package_version
+        from flowdata.fingerprint import file_stats, package_version
 
         chain = sorted({name, *upstream})
         reads = sorted({p.name for n in chain for p in nodes[n].params if p.name in whole})
         values = [(r, whole[r]) for r in reads]
         settings = sorted(config.items(), key=repr)
-        codes = []
-        for n in chain:
-            try:
-                codes.append((n, code_key(nodes[n].origin or nodes[n].fn)))
-            except Unseen as exc:
-                raise _unseen(name, nodes, f"{exc}" + ("" if n == name else f" (upstream, through '{n}' "
-                                                                         f"({nodes[n].location}))")) from None
+        codes = _codes(name, nodes, chain)
         digests = []  # each whole value read once (a big tensor is hashed once per build)
         for i, (r, v) in enumerate([*values, ("", settings)]):
             try:
@@ -178,6 +180,21 @@ class SampleCache:
         reads_index = any(p.name == "sample_index" for n in chain for p in nodes[n].params)
         folder = os.path.join(self.directory, "samples", f"{name}-{base[:24]}")
         return CachedNode(name, folder, base, reads_index, self.max_bytes)
+
+
+def _codes(name: str, nodes: Mapping[str, Node], chain: Sequence[str]) -> list[tuple[str, str]]:
+    """The code keys of a cached node's chain; an InputError when one cannot see all it reaches."""
+    from flowdata.digest import Unseen
+    from flowdata.fingerprint import code_key
+
+    codes = []
+    for n in chain:
+        try:
+            codes.append((n, code_key(nodes[n].origin or nodes[n].fn)))
+        except Unseen as exc:
+            raise _unseen(name, nodes, f"{exc}" + ("" if n == name else f" (upstream, through '{n}' "
+                                                                     f"({nodes[n].location}))")) from None
+    return codes
 
 
 def _unseen(name: str, nodes: Mapping[str, Node], why: str) -> InputError:
