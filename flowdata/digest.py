@@ -176,6 +176,11 @@ def _feed_object(h: Any, value: Any) -> None:
             h.update(key_digest.encode())
             _child(h, value[k], f"[{k!r}]")
         h.update(b")")
+    elif isinstance(value, weakref.ref):  # what it refers to (an LSTM keeps its weights so)
+        target = value()
+        h.update(b"weakref(")
+        _child(h, target, "()")
+        h.update(b")")
     elif isinstance(value, (set, frozenset)):
         h.update(f"{t.__name__ if t in (set, frozenset) else _name(t)}[{len(value)}](".encode())
         for d in sorted(_sub_digest(v, "{...}") for v in value):
@@ -340,6 +345,13 @@ def _feed_module(h: Any, module: Any) -> None:
     """A torch module by content: each submodule's class (and its source), training flag,
     settings, parameters and buffers (persistent or not). Its pickle is no key: it differs
     between equal instances."""
+    if _torch_value(module, "jit", "ScriptModule"):  # compiled: its code and its tensors
+        h.update(b"script(")
+        for name, sub in module.named_modules():
+            _feed(h, [name, getattr(sub, "original_name", ""), bool(sub.training), _script_code(sub)])
+        _child(h, dict(module.state_dict()), "")
+        h.update(b")")
+        return
     h.update(b"module(")
     for name, sub in module.named_modules():
         h.update(f"{name}:{class_key(type(sub))}:{bool(sub.training)}(".encode())
@@ -355,6 +367,13 @@ def _feed_module(h: Any, module: Any) -> None:
             _child(h, {k: v for k, v in vars(sub).get(kind, {}).items() if v is not None}, f".{name}")
         h.update(b")")
     h.update(b")")
+
+
+def _script_code(module: Any) -> str:
+    try:
+        return str(module.code)
+    except Exception:  # a module with no methods of its own
+        return ""
 
 
 _CLASS_KEYS: weakref.WeakKeyDictionary[type, str] = weakref.WeakKeyDictionary()

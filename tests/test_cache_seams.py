@@ -386,3 +386,24 @@ def test_on_error_skip_with_tensors_that_were_a_bare_runtime_error(tmp_path: Pat
         assert len(report.skipped) == 3
         assert all(s.node == "value" and "cannot store what 'value' returned: value is a quantized tensor" in s.error
                    for s in report.skipped)
+
+
+def _recurrent() -> torch.nn.Module:
+    return torch.nn.LSTM(3, 3)
+
+
+@pytest.mark.parametrize("make", [_recurrent, lambda: torch.nn.GRU(3, 3), lambda: torch.nn.MultiheadAttention(4, 2),
+                                  lambda: torch.jit.script(torch.nn.Linear(2, 2)),
+                                  lambda: torch.nn.utils.parametrizations.weight_norm(torch.nn.Linear(2, 2))],
+                         ids=["LSTM", "GRU", "MultiheadAttention", "ScriptModule", "weight_norm"])
+def test_the_key_of_a_torch_module_of_any_kind_sees_its_weights(make: Callable[[], torch.nn.Module]) -> None:
+    from flowdata.cache import digest
+
+    torch.manual_seed(0)
+    module = make()
+    torch.manual_seed(0)
+    assert digest(module) == digest(make())  # equal modules, equal keys (their pickles differ)
+    before = digest(module)
+    with torch.no_grad():
+        next(iter(module.parameters())).add_(1.0)
+    assert digest(module) != before
