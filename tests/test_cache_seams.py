@@ -407,3 +407,22 @@ def test_the_key_of_a_torch_module_of_any_kind_sees_its_weights(make: Callable[[
     with torch.no_grad():
         next(iter(module.parameters())).add_(1.0)
     assert digest(module) != before
+
+
+def test_a_namedtuple_whose_class_is_not_imported_is_computed_again_not_damage(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    from flowdata.run.samplestore import MISS, SampleStore, encode_value
+
+    writer = SampleStore(str(tmp_path / "node"))
+    writer.put("k", encode_value(seams.Point(1, 2.5)))
+    writer.close()
+    monkeypatch.delattr(seams, "Point")  # a reader where the class cannot be found by its name
+    reader = SampleStore(str(tmp_path / "node"))
+    reader.refresh()
+    with caplog.at_level(logging.WARNING, logger="flowdata"):
+        assert reader.get("k") is MISS  # computed again by the caller
+    assert not caplog.records and len(list((tmp_path / "node").glob("*.seg"))) == 1  # not damage: kept
+    monkeypatch.undo()
+    got = reader.get("k")
+    assert type(got) is seams.Point and got == (1, 2.5)
+    reader.close()
