@@ -11,10 +11,10 @@ under the same *key*. The key is a SHA-256 over:
   libraries by version (see :mod:`flowdata.fingerprint`) -- with each reducer's class and
   options;
 - the **whole values** the pass reads (inputs, once nodes, earlier Collect results), the
-  graph's **config**, and the files they name, each digested by value (arrays by dtype,
-  shape and bytes; torch modules by their classes, settings and ``state_dict``; anything
-  else by its pickle bytes -- hashed, never unpickled); and the versions of flowdata,
-  numpy and torch.
+  graph's **config**, and the files they name, each digested by its state
+  (:func:`flowdata.digest.digest`: arrays by dtype, shape and bytes; torch modules by their
+  classes, settings and tensors; dataclasses and other objects through their attributes);
+  and the versions of flowdata, numpy and torch.
 
 An entry is a folder ``pass-<key>`` holding ``manifest.json`` and one ``.npz`` per reduction
 with its ``state_dict`` (plain arrays, loaded with ``allow_pickle=False``). It is written to
@@ -25,10 +25,7 @@ the log and the pass is recomputed — a cache entry is never trusted blindly.
 
 from __future__ import annotations
 
-import dataclasses
-import functools
 import hashlib
-import inspect
 import io
 import json
 import logging
@@ -39,57 +36,13 @@ import tempfile
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from flowdata.digest import digest
+
 __all__ = ["PassCache", "digest", "fingerprint_items"]
 
 log = logging.getLogger("flowdata.cache")
 
 _VERSION = 1
-
-
-def digest(value: Any) -> str:
-    """A stable SHA-256 of a value: by content for arrays and plain data, else its pickle."""
-    h = hashlib.sha256()
-    _feed(h, value)
-    return h.hexdigest()
-
-
-def _feed(h: Any, value: Any) -> None:
-    if value is None or isinstance(value, (bool, int, float, str)):
-        h.update(f"{type(value).__name__}:{value!r};".encode())
-    elif isinstance(value, bytes):
-        h.update(b"bytes:" + value)
-    elif isinstance(value, (list, tuple)):
-        h.update(f"{type(value).__name__}[{len(value)}](".encode())
-        for v in value:
-            _feed(h, v)
-        h.update(b")")
-    elif isinstance(value, dict):
-        h.update(f"dict[{len(value)}](".encode())
-        for k in sorted(value, key=repr):
-            _feed(h, k)
-            _feed(h, value[k])
-        h.update(b")")
-    elif dataclasses.is_dataclass(value) and not isinstance(value, type):
-        h.update(f"dataclass:{type(value).__qualname__}(".encode())
-        for f in dataclasses.fields(value):
-            _feed(h, f.name)
-            _feed(h, getattr(value, f.name))
-        h.update(b")")
-    elif hasattr(value, "dtype") and hasattr(value, "shape") and hasattr(value, "tobytes"):
-        h.update(f"array:{value.dtype}:{tuple(value.shape)}:".encode() + value.tobytes())
-    elif hasattr(value, "named_modules") and hasattr(value, "state_dict") and not isinstance(value, type):
-        _feed_module(h, value)
-    elif type(value).__module__.startswith("torch") and hasattr(value, "detach"):
-        arr = value.detach().cpu()
-        h.update(f"tensor:{arr.dtype}:{tuple(arr.shape)}:".encode())
-        if str(arr.dtype) == "torch.bfloat16":  # numpy has no bfloat16; float32 holds it exactly
-            arr = arr.float()
-        h.update(arr.contiguous().numpy().tobytes())
-    elif type(value).__module__.startswith("datasets."):
-        _feed_hf(h, value)
-    else:
-        h.update(f"pickle:{type(value).__qualname__}:".encode())
-        h.update(pickle.dumps(value, protocol=4))
 
 
 def _feed_hf(h: Any, value: Any) -> None:
@@ -106,74 +59,6 @@ def _feed_hf(h: Any, value: Any) -> None:
     except Exception:
         h.update(f"pickle:{type(value).__qualname__}:".encode())
         h.update(pickle.dumps(value, protocol=4))
-
-
-# torch's own bookkeeping in a module's __dict__: hooks, and the containers hashed apart
-_MODULE_INTERNALS = ("_parameters", "_buffers", "_modules", "_non_persistent_buffers_set")
-_visiting: set[int] = set()
-
-
-def _feed_module(h: Any, module: Any) -> None:
-    """A torch module by content: each submodule's class (and its source), training flag,
-    settings, parameters and buffers (persistent or not). Its pickle is no key: it differs
-    between equal instances."""
-    if id(module) in _visiting:  # a module that refers back to itself
-        h.update(b"module:cycle;")
-        return
-    _visiting.add(id(module))
-    try:
-        h.update(b"module(")
-        for name, sub in module.named_modules():
-            h.update(f"{name}:{_class_key(type(sub))}:{bool(sub.training)}(".encode())
-            for key in sorted(vars(sub)):
-                setting = vars(sub)[key]
-                if key in _MODULE_INTERNALS or "hook" in key or key == "training" or key.startswith("__"):
-                    continue
-                if hasattr(setting, "named_modules") and not isinstance(setting, type):
-                    continue  # a submodule: named_modules() visits it
-                _feed(h, key)
-                _feed_setting(h, setting)
-            for kind in ("_parameters", "_buffers"):
-                _feed(h, {k: v for k, v in vars(sub).get(kind, {}).items() if v is not None})
-            h.update(b")")
-        h.update(b")")
-    finally:
-        _visiting.discard(id(module))
-
-
-def _class_key(cls: type) -> str:
-    """A class by name and, where it can be read, its source (an edited forward changes it)."""
-    try:
-        source = inspect.getsource(cls)
-    except (OSError, TypeError):
-        source = ""
-    return f"{cls.__module__}.{cls.__qualname__}:{hashlib.sha256(source.encode()).hexdigest()[:16]}"
-
-
-def _feed_setting(h: Any, setting: Any) -> None:
-    """A module attribute: classes and functions by their code, partials by their parts."""
-    if isinstance(setting, type):
-        h.update(f"class:{_class_key(setting)};".encode())
-    elif isinstance(setting, functools.partial):
-        h.update(b"partial(")
-        _feed_setting(h, setting.func)
-        _feed(h, list(setting.args))
-        _feed(h, dict(setting.keywords))
-        h.update(b")")
-    elif inspect.ismethod(setting):
-        h.update(b"method(")
-        _feed_setting(h, setting.__func__)
-        _feed(h, setting.__self__)
-        h.update(b")")
-    elif inspect.isfunction(setting):
-        code = setting.__code__
-        h.update(f"function:{setting.__module__}.{setting.__qualname__}:".encode() + code.co_code)
-        _feed(h, [c for c in code.co_consts if isinstance(c, (bool, int, float, str, bytes, type(None)))])
-        _feed(h, [cell.cell_contents for cell in setting.__closure__ or ()])
-    elif callable(setting) and type(setting).__module__ == "builtins":  # e.g. torch.hann_window
-        h.update(f"builtin:{getattr(setting, '__module__', '')}.{getattr(setting, '__qualname__', '')};".encode())
-    else:
-        _feed(h, setting)
 
 
 def fingerprint_items(items: Iterable[Any]) -> tuple[str, int]:

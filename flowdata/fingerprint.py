@@ -3,23 +3,29 @@
 :func:`code_key` digests a function's source text and, following the global names its code
 reads (in nested functions, comprehensions and lambdas too):
 
-- **module-level constants** it reads, by value: numbers, strings, bytes, ``None``, enums,
-  tuples and frozensets of those, numpy arrays and tensors. A module-level ``list``,
-  ``dict``, ``set`` or other object is keyed by its type only: its contents may change as
-  the program runs (a counter, a cache); make a lookup table a tuple, or give it as an
-  input or config, for its contents to be part of the key;
+- **module-level objects** it reads, by their state (:func:`flowdata.digest.digest`):
+  numbers, strings, enums, tuples, arrays and tensors by value; torch modules by their
+  parameters, buffers and settings (weights loaded into a module-level encoder change the
+  key); instances and dataclasses through their attributes. A module-level ``list``,
+  ``dict`` or ``set`` (any mutable container, a ``threading.local`` too) is keyed by its
+  type only: its contents may change as the program runs (a counter, a log, a memo); make
+  a lookup table a tuple, or give it as an input or config, for its contents to count;
 - **functions and classes of the user's own modules** it calls or uses, transitively
-  (their source text, and what *they* reach), and its closure cells;
+  (their source text, and what *they* reach), ``functools`` wrappers (``lru_cache``,
+  ``wraps``) through ``__wrapped__``, bound methods with their object's state, and its
+  closure cells;
 - **modules** it reads attributes of: a user module's attributes that the code names are
   followed as above; a module installed in site-packages (or the standard library) is
   keyed by its package's **version**, never read;
-- objects from installed packages (``np.mean``, ``torch.nn.Linear``) by their package
-  version alone.
+- functions and classes from installed packages (``np.mean``, ``torch.nn.Linear``) by
+  their package version alone (an *instance* of one, by its state).
 
 A *user module* is one whose file lies outside the interpreter's installation (the
 standard library and site-packages). What the key cannot see: code reached through
-``getattr`` with a computed name, ``eval``/``exec``, or a C extension of the user's own;
-and a data file rewritten with the same size and modification time.
+``getattr`` with a computed name, ``eval``/``exec``, and a data file rewritten with the
+same size and modification time. An object whose state cannot be read at all -- an open
+file, a lock, a connection, a compiled function of the user's own -- raises
+:class:`~flowdata.digest.Unseen` naming it and the function that reaches it.
 
 :func:`file_stats` finds every string, anywhere in a value (nested lists, tuples and dicts
 included), that names an existing file, with its size and modification time.
@@ -27,19 +33,27 @@ included), that names an existing file, with its size and modification time.
 
 from __future__ import annotations
 
+import collections
+import collections.abc
 import functools
 import hashlib
 import inspect
 import os
 import sys
 import sysconfig
+import threading
 import types
 from collections.abc import Iterator
 from typing import Any
 
+from flowdata.digest import Unseen, is_code
+
 __all__ = ["code_key", "file_stats", "is_user_module", "package_version"]
 
 _CONSTANT = (bool, int, float, complex, str, bytes, type(None))
+# Mutable containers at module level, per-thread stores included: keyed by their type (see reached()).
+_MUTABLE = (list, dict, set, bytearray, collections.deque, collections.abc.MutableMapping,
+            collections.abc.MutableSequence, collections.abc.MutableSet, threading.local)
 
 
 @functools.lru_cache(maxsize=1)
@@ -81,10 +95,22 @@ def package_version(module_name: str) -> str:
 
 
 def code_key(fn: Any) -> str:
-    """A SHA-256 of ``fn``'s code and of everything it reaches (see the module docstring)."""
-    h = hashlib.sha256()
-    _Walker(h).visit(fn)
-    return h.hexdigest()
+    """A SHA-256 of ``fn``'s code and of everything it reaches (see the module docstring).
+
+    Raises:
+        flowdata.digest.Unseen: it reaches an object whose state cannot be read (an open
+            file, a lock, a compiled function of the user's own), named with where it is.
+    """
+    from flowdata.digest import reading
+
+    with reading() as ctx:
+        known = ctx.codes.get(id(fn))
+        if known is not None and known[0] is fn:  # one digest in progress reads a class once
+            return known[1]
+        h = hashlib.sha256()
+        _Walker(h).visit(fn)
+        key = ctx.codes[id(fn)] = (fn, h.hexdigest())
+    return key[1]
 
 
 class _Walker:
@@ -108,6 +134,8 @@ class _Walker:
             self.value(dict(fn.keywords))
         elif inspect.ismethod(fn):
             self.visit(fn.__func__)
+            if not isinstance(fn.__self__, (type, types.ModuleType)):
+                self.value(fn.__self__, ".__self__")  # a bound method: its object's state too
         elif inspect.isfunction(fn):
             self.function(fn)
         elif isinstance(fn, type):
@@ -126,19 +154,30 @@ class _Walker:
             self.put("source:" + inspect.getsource(fn))
         except (OSError, TypeError):
             self.put(f"code:{fn.__qualname__}")
-            self.h.update(fn.__code__.co_code)
-        for cell in fn.__closure__ or ():
-            try:
-                self.reached(cell.cell_contents)
-            except ValueError:  # an empty cell
-                self.put("empty-cell")
-        if fn.__defaults__:
-            self.value(list(fn.__defaults__))
-        for name in sorted(_global_names(fn.__code__)):
-            if name in fn.__globals__:
-                self.put(f"global:{name}")
-                self.reached(fn.__globals__[name], attrs=_attribute_names(fn.__code__))
-            # a builtin, or a name defined later: the source text already covers it
+        # Its bytecode and constants too: two lambdas on one line share their source text.
+        self.h.update(fn.__code__.co_code)
+        self.put(repr([c for c in fn.__code__.co_consts if isinstance(c, _CONSTANT)]))
+        try:
+            for cell, free in zip(fn.__closure__ or (), fn.__code__.co_freevars, strict=False):
+                try:
+                    contents = cell.cell_contents
+                except ValueError:  # an empty cell
+                    self.put("empty-cell")
+                    continue
+                self.reached(contents, where=free)
+            if fn.__defaults__:
+                self.value(list(fn.__defaults__), "(defaults)")
+            for name in sorted(_global_names(fn.__code__)):
+                if name in fn.__globals__:
+                    self.put(f"global:{name}")
+                    self.reached(fn.__globals__[name], attrs=_attribute_names(fn.__code__),
+                                 where=f"{fn.__module__}.{name}")
+                # a builtin, or a name defined later: the source text already covers it
+        except Unseen as exc:
+            if not exc.reader:  # the innermost function whose code reaches it
+                code = fn.__code__
+                exc.reader = f"{fn.__qualname__} ({os.path.basename(code.co_filename)}:{code.co_firstlineno})"
+            raise
 
     def cls(self, cls: type) -> None:
         module = sys.modules.get(cls.__module__)
@@ -158,52 +197,32 @@ class _Walker:
             if base is not object:
                 self.visit(base)
 
-    def reached(self, value: Any, attrs: frozenset[str] = frozenset()) -> None:
-        """A global the code reads: followed if it is code or a user module, else by value."""
+    def reached(self, value: Any, attrs: frozenset[str] = frozenset(), where: str = "") -> None:
+        """A global (or closure cell) the code reads: followed if it is code or a user
+        module; a mutable container by its type; anything else by its state."""
         if isinstance(value, types.ModuleType):
             self.visit(value)
             if is_user_module(value):
                 for name in sorted(attrs):
                     if name in vars(value):
                         self.put(f"attr:{value.__name__}.{name}")
-                        self.reached(vars(value)[name])
-        elif inspect.isfunction(value) or inspect.ismethod(value) or isinstance(value, (type, functools.partial)):
+                        self.reached(vars(value)[name], where=f"{value.__name__}.{name}")
+        elif is_code(value):
             self.visit(value)
-        elif callable(value) and not isinstance(value, _CONSTANT):
-            owner = getattr(value, "__module__", None) or type(value).__module__
-            if owner and not is_user_module(sys.modules.get(owner.split(".")[0]) if owner else None) \
-                    and not is_user_module(sys.modules.get(owner)):
-                self.put(f"library-callable:{owner}:{package_version(owner)}")
-            else:
-                self.value(value)
-        elif _constant(value) or _array(value):
-            self.value(value)
-        else:
-            # A list, dict, set or other object at module level: its contents may change as
-            # the program runs (a counter, a cache), so only its type is part of the key.
+        elif isinstance(value, _MUTABLE):
+            # A list, dict or set at module level: its contents may change as the program
+            # runs (a counter, a log, a memo), so only its type is part of the key.
             self.put(f"object:{type(value).__module__}.{type(value).__qualname__}")
+        else:  # constants, arrays, tensors, torch modules, instances: by their state
+            self.value(value, where)
 
-    def value(self, value: Any) -> None:
-        from flowdata.cache import digest
+    def value(self, value: Any, where: str = "") -> None:
+        from flowdata.digest import digest
 
         try:
             self.put("value:" + digest(value))
-        except Exception:  # an object that cannot be digested: by its type
-            self.put(f"opaque:{type(value).__module__}.{type(value).__qualname__}")
-
-
-def _constant(value: Any) -> bool:
-    if isinstance(value, _CONSTANT):
-        return True
-    if isinstance(value, (tuple, frozenset)):
-        return all(_constant(v) for v in value)
-    import enum
-
-    return isinstance(value, enum.Enum)
-
-
-def _array(value: Any) -> bool:
-    return hasattr(value, "dtype") and hasattr(value, "shape") and not isinstance(value, type)
+        except Unseen as exc:
+            raise exc.inside(where) from None
 
 
 def _global_names(code: types.CodeType) -> set[str]:

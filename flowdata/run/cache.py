@@ -11,7 +11,8 @@ import logging
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from flowdata.cache import PassCache, digest
+from flowdata.cache import PassCache
+from flowdata.digest import Unseen, digest, reading
 from flowdata.fingerprint import code_key, file_stats, package_version
 from flowdata.discover import Program
 from flowdata.node import Node
@@ -29,6 +30,18 @@ def _versions() -> list[str]:
     """flowdata's version and those of the libraries a reduction's arithmetic runs on (read
     from the installed packages' metadata: the same whether or not they are imported yet)."""
     return [f"{name} {package_version(name)}" for name in ("flowdata", "numpy", "torch")]
+
+
+_WARNED: set[str] = set()  # what the pass cache warned of (once each per process)
+
+
+def _code_of(node: Node) -> str:
+    try:
+        return code_key(node.origin or node.fn)
+    except Unseen as exc:
+        if not exc.reader:
+            exc.reader = f"'{node.name}' ({node.location})"
+        raise
 
 
 class ReductionCache:
@@ -55,22 +68,44 @@ class ReductionCache:
         open_source: Callable[[], Source],
         chained: bool,
     ) -> str | None:
-        """The key of a pass's reductions, or None when the pass cannot be cached."""
+        """The key of a pass's reductions, or None when the pass cannot be cached (then it
+        runs; when the key cannot see something the pass depends on, a warning says what)."""
         if group.kind == "sequential" or chained:
             return None  # endless streams and sources fed by another group are not fingerprinted
+        try:
+            with reading():  # one context: state that several nodes reach is hashed once
+                return self._key(group, pass_, folds, whole, open_source)
+        except Unseen as exc:
+            where = f"pass {pass_.number} of group '{group.source}'"
+            text = (f"{where} is not cached: its key cannot see {exc}: a stored result would go stale when it changes; "
+                    "the pass runs every time (fix: create the object inside a node, or give its class a "
+                    "__getstate__ that returns the state the results depend on)")
+            if text not in _WARNED:
+                _WARNED.add(text)
+                _log.warning(text)
+            return None
+
+    def _key(self, group: GroupPlan, pass_: PassPlan, folds: Sequence[FoldSpec], whole: Mapping[str, Any],
+             open_source: Callable[[], Source]) -> str:
         base = self._bases.get((group.source, pass_.number))
         if base is None:
             items_digest, count = open_source().fingerprint()
             # The code of every node the pass runs and of everything it reaches; inputs and
             # config by value, and every file they name by size and modification time.
-            code = [code_key(self.nodes[n].origin or self.nodes[n].fn) for n in (group.source, *pass_.computes)]
+            code = [_code_of(self.nodes[n]) for n in (group.source, *pass_.computes)]
             config = sorted(self.program.config.items(), key=repr)
+            values = []
+            for name, value in sorted(whole.items()):
+                try:
+                    values.append((name, digest(value)))  # each once: a big tensor is hashed once per build
+                except Unseen as exc:
+                    raise exc.inside(f"the value of '{name}'") from None
             base = self._bases[(group.source, pass_.number)] = digest(
-                ["flowdata-pass", 5, _versions(), group.source, pass_.number, items_digest, count, code,
-                 sorted(whole.items()), config, file_stats([list(whole.values()), [v for _, v in config]])]
+                ["flowdata-pass", 6, _versions(), group.source, pass_.number, items_digest, count, code,
+                 values, config, file_stats([list(whole.values()), [v for _, v in config]])]
             )
         parts = [
-            (f.node, f.column, code_key(self.nodes[f.node].origin or self.nodes[f.node].fn), code_key(f.reducer.cls),
+            (f.node, f.column, _code_of(self.nodes[f.node]), code_key(f.reducer.cls),
              sorted(f.reducer.options.items()), sorted(f.options.items()), file_stats(list(f.options.values())))
             for f in folds
         ]

@@ -117,7 +117,12 @@ def approx_bytes(value: Any) -> int:
     """
     if isinstance(value, (bytes, bytearray, str, memoryview)):
         return len(value)
-    nbytes = getattr(value, "nbytes", None)  # numpy arrays, torch tensors (torch >= 2.1)
+    try:
+        nbytes = getattr(value, "nbytes", None)  # numpy arrays, torch tensors (torch >= 2.1)
+    except RuntimeError:  # a sparse tensor: the buffers of its indices and values
+        layout = str(getattr(value, "layout", ""))
+        parts = ("_indices", "_values") if layout == "torch.sparse_coo" else ("values",)
+        nbytes = sum(approx_bytes(getattr(value, p)()) for p in parts)
     if isinstance(nbytes, int):
         return nbytes
     if isinstance(value, (list, tuple)) and value:

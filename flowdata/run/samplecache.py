@@ -132,41 +132,92 @@ class SampleCache:
                     "  fix: cache the deterministic node before the random one (the decoded image) and "
                     "augment downstream of it"
                 )
+        from flowdata.digest import reading
+
+        with reading():  # now, not after a statistics pass: what the key cannot see in the code
+            for name in self.names:
+                _codes(name, nodes, sorted({name, *self.upstream[name]}))
 
     def attach(self, spec: Any, nodes: Mapping[str, Node], whole: Mapping[str, Any], config: Mapping[str, Any]) -> Any:
         """``spec`` (a :class:`~flowdata.run.kernel.PassSpec`) with the cached nodes it computes."""
         import dataclasses
 
-        cached = tuple(self.cached_node(n, nodes, whole, config, self.upstream[n])
-                       for n in self.names if n in spec.computes)
+        from flowdata.digest import reading
+
+        with reading():  # one context: state that several cached nodes reach is hashed once
+            cached = tuple(self.cached_node(n, nodes, whole, config, self.upstream[n])
+                           for n in self.names if n in spec.computes)
         return dataclasses.replace(spec, cache=cached) if cached else spec
 
     def cached_node(self, name: str, nodes: Mapping[str, Node], whole: Mapping[str, Any], config: Mapping[str, Any],
                     upstream: Sequence[str]) -> CachedNode:
-        """The :class:`CachedNode` of ``name`` (its base digest)."""
-        from flowdata.cache import digest
-        from flowdata.fingerprint import code_key, file_stats, package_version
+        """The :class:`CachedNode` of ``name`` (its base digest).
+
+        Raises:
+            InputError: the key cannot see the state of something the node's values depend
+                on (an open file, a lock, a compiled function of the user's own): a cache
+                could serve stale values when it changes.
+        """
+        from flowdata.digest import Unseen, digest
+        from flowdata.fingerprint import file_stats, package_version
 
         chain = sorted({name, *upstream})
         reads = sorted({p.name for n in chain for p in nodes[n].params if p.name in whole})
         values = [(r, whole[r]) for r in reads]
         settings = sorted(config.items(), key=repr)
+        codes = _codes(name, nodes, chain)
+        digests = []  # each whole value read once (a big tensor is hashed once per build)
+        for i, (r, v) in enumerate([*values, ("", settings)]):
+            try:
+                digests.append((r, digest(v)))
+            except Unseen as exc:
+                what = "the config" if i == len(values) else f"the value of '{r}'"
+                raise _unseen(name, nodes, f"{exc.inside(what)}") from None
         base = digest([
-            "flowdata-sample", 1, [package_version(m) for m in ("flowdata", "numpy", "torch")],
-            [(n, code_key(nodes[n].origin or nodes[n].fn)) for n in chain], values, settings,
-            file_stats([[v for _, v in values], [v for _, v in settings]]),
+            "flowdata-sample", 2, [package_version(m) for m in ("flowdata", "numpy", "torch")],
+            codes, digests, file_stats([[v for _, v in values], [v for _, v in settings]]),
         ])
         reads_index = any(p.name == "sample_index" for n in chain for p in nodes[n].params)
         folder = os.path.join(self.directory, "samples", f"{name}-{base[:24]}")
         return CachedNode(name, folder, base, reads_index, self.max_bytes)
 
 
+def _codes(name: str, nodes: Mapping[str, Node], chain: Sequence[str]) -> list[tuple[str, str]]:
+    """The code keys of a cached node's chain; an InputError when one cannot see all it reaches."""
+    from flowdata.digest import Unseen
+    from flowdata.fingerprint import code_key
+
+    codes = []
+    for n in chain:
+        try:
+            codes.append((n, code_key(nodes[n].origin or nodes[n].fn)))
+        except Unseen as exc:
+            raise _unseen(name, nodes, f"{exc}" + ("" if n == name else f" (upstream, through '{n}' "
+                                                                     f"({nodes[n].location}))")) from None
+    return codes
+
+
+def _unseen(name: str, nodes: Mapping[str, Node], why: str) -> InputError:
+    return InputError(
+        f"cache=[{name!r}]: the key of '{name}' ({nodes[name].location}) cannot see {why}: a cached value "
+        "would go stale when it changes\n"
+        "  fix: create the object inside the node (or a once node), give its class a __getstate__ that returns "
+        "the state its values depend on (the key reads what pickling would), or leave the node out of cache="
+    )
+
+
 def key_of(node: CachedNode, item: Any, index: int) -> str:
     """The key of one sample's entry (see the module docstring)."""
-    from flowdata.cache import digest
+    from flowdata.digest import Unseen, digest
     from flowdata.fingerprint import file_stats
 
-    return digest([node.base, item, file_stats(item), index if node.reads_index else None])
+    try:
+        return digest([node.base, digest(item), file_stats(item), index if node.reads_index else None])
+    except Unseen as exc:
+        raise InputError(
+            f"cache=[{node.name!r}]: the key of a sample cannot see {exc.inside('its item')}\n"
+            "  fix: give the source items the key can read (paths, numbers, strings, dicts of those)"
+        ) from None
 
 
 def forget() -> None:
@@ -250,8 +301,11 @@ class ChunkCache:
                 body = encode_value(v)
             except TypeError as exc:
                 return p, TypeError(
-                    f"cache=[{name!r}] cannot store what '{name}' returned: {exc} (tensors, numpy arrays, numbers, "
-                    "strings, bytes, None, and dicts, lists and tuples of those are stored)"
+                    f"cache=[{name!r}] cannot store what '{name}' returned: {exc}; a cached value must come back "
+                    "as it went, and tensors, numpy arrays and scalars, numbers, strings, bytes, None, enums, and "
+                    "dicts (string keys), lists, tuples and namedtuples of those do\n"
+                    f"  fix: return one of those from '{name}' (convert in a node downstream of it), or leave it "
+                    "out of cache="
                 )
             if store.put(keys[p], body):
                 counts[3] += len(body)
