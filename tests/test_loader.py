@@ -132,35 +132,59 @@ def test_set_epoch_changes_shuffle_and_rng(dr: fd.Driver) -> None:
     drop_last=st.booleans(),
     epoch=st.integers(0, 3),
     skipped=st.sets(st.integers(0, 119), max_size=10),
+    even=st.booleans(),
 )
 def test_exactly_once_across_ranks(
-    n: int, batch_size: int, world_size: int, shuffle: bool, drop_last: bool, epoch: int, skipped: set[int]
+    n: int, batch_size: int, world_size: int, shuffle: bool, drop_last: bool, epoch: int, skipped: set[int],
+    even: bool,
 ) -> None:
     indices = [i for i in range(n) if i not in skipped]
     seen: list[int] = []
     sizes = []
+    shapes = set()
+    last_round: list[bool] = []
+    remainders = set()
     for rank in range(world_size):
-        s = EpochBatches(indices, batch_size, shuffle=shuffle, seed=5, rank=rank, world_size=world_size, drop_last=drop_last)
+        s = EpochBatches(indices, batch_size, shuffle=shuffle, seed=5, rank=rank, world_size=world_size,
+                         drop_last=drop_last, even=even)
         s.epoch = epoch
         batches = list(s)
-        assert len(batches) == len(s)
+        assert len(batches) == len(s) and sum(len(b) for b in batches) == s.samples()
         assert all(len(b) <= batch_size for b in batches)
         if drop_last:
             assert all(len(b) == batch_size for b in batches)
         sizes.append(sum(len(b) for b in batches))
-        seen += [i for b in batches for i in b]
-    assert len(seen) == len(set(seen))  # never twice
-    if drop_last:
-        assert len(set(sizes)) == 1  # every rank the same number of full batches (DDP-safe)
+        shapes.add(tuple(len(b) for b in batches))
+        # The padding: the last rows of the last batch (loader.padding(b) counts them).
+        assert [b.padding for b in batches] == [s.padding(k) for k in range(len(batches))]
+        assert all(b.padding == 0 for b in batches[:-1])
+        seen += [i for b in batches for i in b[: len(b) - b.padding]]
+        if batches and s.remainder:
+            last = batches[-1]
+            last_round += [False] * (len(last) - last.padding) + [True] * last.padding  # padding?
+        remainders.add(s.remainder)
+    assert len(seen) == len(set(seen))  # never twice, padding aside
+    if drop_last or (even and world_size > 1):
+        assert len(set(sizes)) == 1  # every rank the same number of samples (DDP-safe)
     if not drop_last:
-        assert sorted(seen) == indices  # every sample once
+        assert sorted(seen) == indices  # every sample once (padding aside)
         assert max(sizes) - min(sizes) <= 1  # uneven division: ranks differ by one at most
+    if even and not drop_last and world_size > 1:
+        assert len(shapes) == 1  # the same number of batches of the same sizes
+        assert sum(sizes) == -(-len(indices) // world_size) * world_size  # DistributedSampler's count
+        # What Accelerate's gather_for_metrics keeps of the ranks' last batches gathered: the
+        # last round's samples, every repeat after them.
+        (remainder,) = remainders
+        assert remainder == len(indices) % (batch_size * world_size)
+        if remainder:
+            assert last_round == [False] * remainder + [True] * (len(last_round) - remainder)
 
 
 def test_ranks_shard_the_loader(dr: fd.Driver) -> None:
     paths = []
     for rank in range(3):
-        loader = dr.dataloader(["path"], inputs={"n": 31}, batch_size=4, shuffle=True, rank=rank, world_size=3)
+        loader = dr.dataloader(["path"], inputs={"n": 31}, batch_size=4, shuffle=True, rank=rank, world_size=3,
+                               even_batches=False)
         paths += [p for b in loader for p in b["path"]]
     assert sorted(paths) == sorted(f"clip-{i}.wav" for i in range(31))
 
