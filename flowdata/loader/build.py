@@ -135,13 +135,14 @@ def _say_fallback(source: str, shards: int, options: LoaderOptions) -> None:
 
 
 def _say_uneven(source: str, options: LoaderOptions) -> None:
-    """Logs, once per loader, that a stream in shards cannot be evened out between ranks."""
+    """Logs, once per loader, that a stream in shards cannot be evened out between the ranks
+    of a process group."""
     if options.world_size > 1 and options.even_batches:
         _log.warning(
             "source '%s' is a stream in shards: each rank reads only its own shards, whose lengths are not known "
-            "ahead, so the %d ranks' batch counts cannot be evened out (even_batches applies to indexed and "
-            "streaming=True loaders); a step that all ranks take together (DDP) needs a bound on the steps per "
-            "epoch (Lightning's limit_train_batches, a max_steps), or an indexed dataset (datasets.Dataset)",
+            "ahead, so the %d ranks' batch counts cannot be evened out (even_batches applies to indexed sources "
+            "and to streams not in shards); a step that all ranks take together (DDP) needs a bound on the steps "
+            "per epoch (Lightning's limit_train_batches, a max_steps), or an indexed datasets.Dataset",
             source, options.world_size)
 
 
@@ -218,7 +219,8 @@ def build_dataset(
             if isinstance(opened, ShardedSource):
                 run.use_source(group.source, opened)  # the statistics pass streams it once, here
                 _say_fallback(group.source, opened.num_shards, options)
-                _say_uneven(group.source, options)
+                if ranks is not None:  # real ranks (a process group): their steps may be taken together
+                    _say_uneven(group.source, options)
                 return None, opened
             if streaming:
                 return None, None

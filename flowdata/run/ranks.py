@@ -383,6 +383,11 @@ def items_print(items: Any) -> ItemsPrint:
     dataset = getattr(items, "dataset", None)
     if dataset is not None and hasattr(dataset, "_fingerprint"):  # a datasets.Dataset: never decoded here
         return ItemsPrint(n, hashlib.sha256(f"{dataset._fingerprint}:{n}".encode()).hexdigest(), [], "datasets")
+    own = getattr(items, "items", None)
+    if own is not None and not isinstance(own, (list, tuple, range)):
+        # Another sized, indexable object used as the index (a torch Dataset): its items
+        # may be decoded samples, so only their number is compared.
+        return ItemsPrint(n, f"{type(own).__qualname__}:{n}", [], "count")
     whole = hashlib.sha256()
     blocks = []
     for lo in range(0, n, _PRINT_BLOCK):
@@ -402,7 +407,9 @@ def block_reprs(items: Any, block: int) -> list[str]:
 
     n = len(items)
     lo = block * _PRINT_BLOCK
-    if lo >= n or getattr(getattr(items, "dataset", None), "_fingerprint", None) is not None:
+    own = getattr(items, "items", None)
+    if lo >= n or getattr(getattr(items, "dataset", None), "_fingerprint", None) is not None or (
+            own is not None and not isinstance(own, (list, tuple, range))):
         return []
     return [short_repr(x) for x in items.take(list(range(lo, min(lo + _PRINT_BLOCK, n))))]
 
