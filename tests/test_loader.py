@@ -180,6 +180,30 @@ def test_exactly_once_across_ranks(
             assert last_round == [False] * remainder + [True] * (len(last_round) - remainder)
 
 
+def test_an_evened_loader_resumes_with_its_padding_and_its_state_says_even_batches(dr: fd.Driver) -> None:
+    # 9 samples over 2 ranks at batch_size=2: rank 1 gets 5 samples, its last batch one repeat.
+    args: dict[str, Any] = {"inputs": {"n": 9}, "batch_size": 2, "shuffle": True, "seed": 2, "rank": 1,
+                            "world_size": 2}
+    whole = dr.dataloader(["path"], **args)
+    full = [b["path"] for b in whole]
+    assert [len(b) for b in full] == [2, 2, 1] and [whole.padding(b) for b in range(3)] == [0, 0, 1]
+    assert whole.report.padded == 1 and whole.remainder == 1
+    first = dr.dataloader(["path"], **args)
+    it = iter(first)
+    head = [next(it)["path"] for _ in range(2)]
+    state = first.state_dict()
+    assert state["even_batches"] is True
+    resumed = dr.dataloader(["path"], **args)
+    resumed.load_state_dict(state)
+    assert head + [b["path"] for b in resumed] == full and resumed.report.padded == 1
+    uneven = dr.dataloader(["path"], even_batches=False, **args)
+    assert len(uneven) == 2 and uneven.remainder == 0 and uneven.padding(1) == 0
+    with pytest.raises(fd.FlowdataError, match=r"cannot resume: this loader differs from the saved one "
+                                               r"\(even_batches: saved True, now False\)"):
+        uneven.load_state_dict(state)
+    assert "even_batches" not in dr.dataloader(["path"], inputs={"n": 9}, batch_size=2).state_dict()  # one process
+
+
 def test_ranks_shard_the_loader(dr: fd.Driver) -> None:
     paths = []
     for rank in range(3):

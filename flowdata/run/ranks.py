@@ -160,11 +160,17 @@ class Ranks:
         Returns:
             The merged reducer, restored from the same arrays on every rank.
         """
-        with _exchange(self, where):
-            return self._chain(where, first, then, restore)
+        with _exchange(self, where):  # the messages only: the reducers' own errors pass as they are
+            status, message, error = self._chain(first, then, restore)
+        if status != _OK:
+            if error is not None:
+                raise error
+            failed = json.loads(message.decode())
+            raise RankError(failed["rank"], self.world_size, where, failed["detail"])
+        return restore(decode_value(message))
 
-    def _chain(self, where: str, first: Any, then: Callable[[Any], Any],
-               restore: Callable[[Mapping[str, Any]], Any]) -> Any:
+    def _chain(self, first: Any, then: Callable[[Any], Any],
+               restore: Callable[[Mapping[str, Any]], Any]) -> tuple[int, bytes, BaseException | None]:
         error: BaseException | None = None
         message: bytes = b""
         status = _OK
@@ -183,12 +189,7 @@ class Ranks:
         if self.rank < self.world_size - 1:
             self._send(self.rank + 1, status, message)
         status, message = self._broadcast(self.world_size - 1, status, message)
-        if status != _OK:
-            if error is not None:
-                raise error
-            failed = json.loads(message.decode())
-            raise RankError(failed["rank"], self.world_size, where, failed["detail"])
-        return restore(decode_value(message))
+        return status, message, error
 
     def same_items(self, source: str, mine: ItemsPrint, describe_items: Callable[[int], list[str]]) -> None:
         """Raises a ``RankError`` on every rank unless every rank indexes the same items.
