@@ -443,6 +443,7 @@ class Driver:
         prefetch_factor: int | None = 2,
         pin_memory: bool = False,
         drop_last: bool = False,
+        even_batches: bool = True,
         persistent_workers: bool = False,
         collate_fn: Callable[[list[dict[str, Any]]], Any] | None = None,
         on_error: str = "raise",
@@ -475,15 +476,19 @@ class Driver:
         batch). ``device`` moves each batch's tensors there in this process (``non_blocking``
         with ``pin_memory``); under Accelerate's ``prepare()`` it defaults to
         ``accelerator.device``. Batch nodes among ``outputs`` (``Batch[T]`` parameters) run on
-        each collated batch in this process, after that move -- never in a worker. See
-        docs/training.md.
+        each collated batch in this process, after that move -- never in a worker. Under
+        several ranks, ``even_batches`` (the default) gives every rank the same number of
+        batches of the same sizes by repeating a few samples (``loader.padding(b)`` counts
+        them in batch ``b``); ``even_batches=False`` deals every sample exactly once,
+        unevenly. See docs/training.md.
         """
         from flowdata.loader.build import LoaderOptions, build_loader
         from flowdata.run.deadline import check_timeout
 
         rank, world_size = _ranks(rank, world_size)
         options = LoaderOptions(
-            batch_size=batch_size, shuffle=shuffle, seed=seed, drop_last=drop_last, rank=rank, world_size=world_size,
+            batch_size=batch_size, shuffle=shuffle, seed=seed, drop_last=drop_last, even_batches=even_batches,
+            rank=rank, world_size=world_size,
             streaming=streaming, shuffle_buffer=shuffle_buffer, on_error=on_error, max_skipped=max_skipped,
             cache_dir=cache_dir, collate_fn=collate_fn, progress=progress, num_workers=num_workers,
             multiprocessing_context=multiprocessing_context, executor=executor,

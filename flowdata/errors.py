@@ -220,22 +220,27 @@ class RankError(FlowdataError):
     """Another rank failed in a pass the ranks share; every rank raises it, none is left waiting.
 
     Attributes:
-        rank: The rank that failed first (lowest number among those that failed).
+        rank: The rank that failed first (lowest number among those that failed); -1 when
+            an exchange between the ranks broke without saying which rank was lost.
         detail: Its error, as it reported it.
+        fix: The fix, when not to look at that rank's own error (None).
     """
 
-    def __init__(self, rank: int, world_size: int, where: str, detail: str):
+    def __init__(self, rank: int, world_size: int, where: str, detail: str, fix: str | None = None):
         self.rank = rank
         self.world_size = world_size
         self.where = where
         self.detail = detail
+        self.fix = fix
+        who = f"rank {rank}" if rank >= 0 else "a rank"  # -1: the connection broke, no rank known
         super().__init__(
-            f"rank {rank} of {world_size} failed in {where}, which the ranks share: {detail}\n"
-            f"  fix: see rank {rank}'s own error (its log) and correct that; the other ranks stopped with it"
+            f"{who} of {world_size} failed in {where}, which the ranks share: {detail}\n"
+            "  fix: " + (fix or f"see {who}'s own error (its log) and correct that; the other ranks stopped "
+                         "with it")
         )
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return (type(self), (self.rank, self.world_size, self.where, self.detail))
+        return (type(self), (self.rank, self.world_size, self.where, self.detail, self.fix))
 
 
 class StatsError(FlowdataError, ValueError):

@@ -55,6 +55,9 @@ class Report:
         max_skipped: The limit: a count (int) or a fraction of the samples seen (float).
         cache: Per cached node (``cache=``): ``hits``, ``misses``, ``bytes_read``,
             ``bytes_written`` and ``not_cached`` (values past ``cache_max_bytes``).
+        padded: Rows a loader delivered that repeat a sample to even out the ranks
+            (``dataloader(even_batches=True)``, the default, under several ranks); they are
+            counted in ``seen`` too.
     """
 
     seen: dict[str, int] = field(default_factory=dict)
@@ -63,6 +66,7 @@ class Report:
     node_calls: dict[str, int] = field(default_factory=dict)
     max_skipped: int | float | None = None
     cache: dict[str, dict[str, int]] = field(default_factory=dict)
+    padded: int = 0
 
     def add_cache(self, counts: dict[str, list[int]]) -> None:
         """Adds one chunk's sample-cache counts (per node: hits, misses, bytes read, bytes
@@ -129,4 +133,5 @@ class Report:
             "node_seconds": dict(self.node_seconds),
             "node_calls": dict(self.node_calls),
             "cache": {k: dict(v) for k, v in self.cache.items()},
+            "padded": self.padded,
         }

@@ -122,8 +122,15 @@ def test_map_style_batches_are_identical_for_any_worker_count_and_exactly_once_o
     assert [b["x"].tolist() for b in loader] == [b["x"].tolist() for b in plain]
     assert loader.stats["x_stats"].mean.item() == pytest.approx(50.0)
     ranks = [_xs(dr.dataloader(["x"], inputs={"data": ds}, batch_size=8, rank=r, world_size=2,
-                               num_workers=workers)) for r in range(2)]
+                               num_workers=workers, even_batches=False)) for r in range(2)]
     assert sorted(ranks[0] + ranks[1]) == [float(i) for i in range(101)]
+    evened = [dr.dataloader(["x"], inputs={"data": ds}, batch_size=8, rank=r, world_size=2, num_workers=workers)
+              for r in range(2)]
+    xs = [[b["x"].tolist() for b in loader] for loader in evened]
+    assert [len(b) for b in xs[0]] == [len(b) for b in xs[1]]  # the default evens the ranks out
+    real = [v for loader, bs in zip(evened, xs, strict=True) for k, b in enumerate(bs)
+            for v in b[: len(b) - loader.padding(k)]]
+    assert sorted(real) == [float(i) for i in range(101)] and [e.report.padded for e in evened] == [0, 1]
 
 
 def test_map_style_resume_gives_the_remaining_batches(dr: fd.Driver) -> None:

@@ -132,35 +132,83 @@ def test_set_epoch_changes_shuffle_and_rng(dr: fd.Driver) -> None:
     drop_last=st.booleans(),
     epoch=st.integers(0, 3),
     skipped=st.sets(st.integers(0, 119), max_size=10),
+    even=st.booleans(),
 )
 def test_exactly_once_across_ranks(
-    n: int, batch_size: int, world_size: int, shuffle: bool, drop_last: bool, epoch: int, skipped: set[int]
+    n: int, batch_size: int, world_size: int, shuffle: bool, drop_last: bool, epoch: int, skipped: set[int],
+    even: bool,
 ) -> None:
     indices = [i for i in range(n) if i not in skipped]
     seen: list[int] = []
     sizes = []
+    shapes = set()
+    last_round: list[bool] = []
+    remainders = set()
     for rank in range(world_size):
-        s = EpochBatches(indices, batch_size, shuffle=shuffle, seed=5, rank=rank, world_size=world_size, drop_last=drop_last)
+        s = EpochBatches(indices, batch_size, shuffle=shuffle, seed=5, rank=rank, world_size=world_size,
+                         drop_last=drop_last, even=even)
         s.epoch = epoch
         batches = list(s)
-        assert len(batches) == len(s)
+        assert len(batches) == len(s) and sum(len(b) for b in batches) == s.samples()
         assert all(len(b) <= batch_size for b in batches)
         if drop_last:
             assert all(len(b) == batch_size for b in batches)
         sizes.append(sum(len(b) for b in batches))
-        seen += [i for b in batches for i in b]
-    assert len(seen) == len(set(seen))  # never twice
-    if drop_last:
-        assert len(set(sizes)) == 1  # every rank the same number of full batches (DDP-safe)
+        shapes.add(tuple(len(b) for b in batches))
+        # The padding: the last rows of the last batch (loader.padding(b) counts them).
+        assert [b.padding for b in batches] == [s.padding(k) for k in range(len(batches))]
+        assert all(b.padding == 0 for b in batches[:-1])
+        seen += [i for b in batches for i in b[: len(b) - b.padding]]
+        if batches and s.remainder:
+            last = batches[-1]
+            last_round += [False] * (len(last) - last.padding) + [True] * last.padding  # padding?
+        remainders.add(s.remainder)
+    assert len(seen) == len(set(seen))  # never twice, padding aside
+    if drop_last or (even and world_size > 1):
+        assert len(set(sizes)) == 1  # every rank the same number of samples (DDP-safe)
     if not drop_last:
-        assert sorted(seen) == indices  # every sample once
+        assert sorted(seen) == indices  # every sample once (padding aside)
         assert max(sizes) - min(sizes) <= 1  # uneven division: ranks differ by one at most
+    if even and not drop_last and world_size > 1:
+        assert len(shapes) == 1  # the same number of batches of the same sizes
+        assert sum(sizes) == -(-len(indices) // world_size) * world_size  # DistributedSampler's count
+        # What Accelerate's gather_for_metrics keeps of the ranks' last batches gathered: the
+        # last round's samples, every repeat after them.
+        (remainder,) = remainders
+        assert remainder == len(indices) % (batch_size * world_size)
+        if remainder:
+            assert last_round == [False] * remainder + [True] * (len(last_round) - remainder)
+
+
+def test_an_evened_loader_resumes_with_its_padding_and_its_state_says_even_batches(dr: fd.Driver) -> None:
+    # 9 samples over 2 ranks at batch_size=2: rank 1 gets 5 samples, its last batch one repeat.
+    args: dict[str, Any] = {"inputs": {"n": 9}, "batch_size": 2, "shuffle": True, "seed": 2, "rank": 1,
+                            "world_size": 2}
+    whole = dr.dataloader(["path"], **args)
+    full = [b["path"] for b in whole]
+    assert [len(b) for b in full] == [2, 2, 1] and [whole.padding(b) for b in range(3)] == [0, 0, 1]
+    assert whole.report.padded == 1 and whole.remainder == 1
+    first = dr.dataloader(["path"], **args)
+    it = iter(first)
+    head = [next(it)["path"] for _ in range(2)]
+    state = first.state_dict()
+    assert state["even_batches"] is True
+    resumed = dr.dataloader(["path"], **args)
+    resumed.load_state_dict(state)
+    assert head + [b["path"] for b in resumed] == full and resumed.report.padded == 1
+    uneven = dr.dataloader(["path"], even_batches=False, **args)
+    assert len(uneven) == 2 and uneven.remainder == 0 and uneven.padding(1) == 0
+    with pytest.raises(fd.FlowdataError, match=r"cannot resume: this loader differs from the saved one "
+                                               r"\(even_batches: saved True, now False\)"):
+        uneven.load_state_dict(state)
+    assert "even_batches" not in dr.dataloader(["path"], inputs={"n": 9}, batch_size=2).state_dict()  # one process
 
 
 def test_ranks_shard_the_loader(dr: fd.Driver) -> None:
     paths = []
     for rank in range(3):
-        loader = dr.dataloader(["path"], inputs={"n": 31}, batch_size=4, shuffle=True, rank=rank, world_size=3)
+        loader = dr.dataloader(["path"], inputs={"n": 31}, batch_size=4, shuffle=True, rank=rank, world_size=3,
+                               even_batches=False)
         paths += [p for b in loader for p in b["path"]]
     assert sorted(paths) == sorted(f"clip-{i}.wav" for i in range(31))
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -156,8 +157,9 @@ def test_a_sample_failing_on_one_rank_is_left_out_on_every_rank(launched: Launch
         del os.environ["FD_FAIL"]
     assert [r["stats"] for r in results] == [want, want]
     assert [r["skipped"] for r in results] == [[250], [250]]  # every rank knows it
-    delivered = [i for r in results for i in r["delivered"]]
+    delivered = [i for r in results for i in r["real"]]  # 299 samples: one rank's last row repeats one
     assert sorted(delivered) == [i for i in range(N) if i != 250]
+    assert sum(r["padded"] for r in results) == 1
 
 
 STOPS = {(world, workers): _case(f"stops-{world}-{workers}", world, workers,
@@ -204,7 +206,9 @@ def test_uneven_and_empty_shares_give_the_same_statistics(launched: Launched, n:
     if world == 3:
         assert results[2]["pass1"] == []
     skipped = {128, 129} if fail else set()
-    assert sorted(i for r in results for i in r["delivered"]) == [i for i in range(n) if i not in skipped]
+    # Evened out (the default): the same batches on every rank, the padding rows aside.
+    assert sorted(i for r in results for i in r["real"]) == [i for i in range(n) if i not in skipped]
+    assert len({tuple(r["sizes"]) for r in results}) == 1
 
 
 PLAIN_COLLECT = _case("plain-collect", 2, outputs=("scaled", "ident"))
@@ -287,3 +291,67 @@ def test_a_streamed_source_is_computed_whole_by_every_rank(launched: Launched) -
     assert [r["stats"] for r in results] == [want, want]
     assert [r["pass1"] for r in results] == [list(range(N))] * 2
     assert sorted(i for r in results for i in r["delivered"]) == list(range(N))
+
+
+EVEN = {(world, workers, even): _case(f"even-{world}-{workers}-{even}", world, workers, n=2 * 2 * 8 + 1,
+                                     even_batches=even)
+        for world, workers, even in [(2, 0, True), (2, 2, True), (3, 2, True), (2, 2, False)]}
+
+
+@pytest.mark.parametrize("world,workers,even", [(2, 0, True), (2, 2, True), (3, 2, True), (2, 2, False)])
+def test_ranks_get_the_same_batches_padded_and_marked_unless_even_batches_is_off(
+        launched: Launched, world: int, workers: int, even: bool) -> None:
+    # The issue's reproducer: N = 2*k*batch_size + 1 samples gave rank 0 one batch more than
+    # rank 1 (a DDP step paired with the other rank's next epoch, then a crash). Now every
+    # rank has the same number of batches of the same sizes; the rows that repeat a sample
+    # are counted (report.padded) and marked (loader.padding(b)); even_batches=False keeps
+    # the exactly-once uneven split.
+    n = 2 * 2 * 8 + 1
+    results = launched.results(EVEN[world, workers, even])
+    _ok(results)
+    assert sorted(i for r in results for i in r["real"]) == list(range(n))  # each sample once, padding aside
+    if even:
+        assert len({tuple(r["sizes"]) for r in results}) == 1, [r["sizes"] for r in results]
+        assert sum(r["padded"] for r in results) == -(-n // world) * world - n
+        assert sum(len(r["delivered"]) for r in results) == -(-n // world) * world
+    else:
+        assert [len(r["sizes"]) for r in results] == [3, 2]  # uneven, as asked
+        assert [r["padded"] for r in results] == [0, 0] and all(r["real"] == r["delivered"] for r in results)
+
+
+MORE_ITEMS = _case("more-items-on-one-rank", 2, n=256, env={"FD_EXTRA": "1:1"})
+
+
+def test_ranks_whose_sources_list_different_items_raise_alike(launched: Launched) -> None:
+    # The issue's reproducer: a file appeared between two ranks' listings (256 items on rank
+    # 0, 257 on rank 1); the epoch silently lost and repeated samples. One fingerprint is
+    # exchanged when the loader is built, and every rank raises saying how they differ.
+    results = launched.results(MORE_ITEMS)
+    for r in results:
+        err = r.get("error")
+        assert err is not None and err["type"] == "RankError", r
+        assert re.search(r"rank 1 of 2 failed in indexing source 'item', which the ranks share: the ranks' sources "
+                         r"list different items: rank 0 indexes 256 items, rank 1 257; the first that differs is item "
+                         r"256: rank 0 has none, rank 1 has 256(.|\n)*fix: give every rank the same items",
+                         err["message"]), err["message"]
+    assert [r["pass1"] for r in results] == [[], []]  # raised before the statistics pass
+
+
+KILLED = {workers: _case(f"killed-{workers}", 3, workers, env={"FD_KILL": "2:270", "FD_SLOW": "0.01"})
+          for workers in (0, 2)}
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_a_killed_rank_gives_rank_error_on_every_survivor(launched: Launched, workers: int) -> None:
+    # The issue's reproducer: rank 2 of 3 SIGKILLed during the shared statistics pass (no
+    # torchrun agent to stop the others). The survivors raised gloo's bare RuntimeError from
+    # the status exchange, and one aborted at exit.
+    name = KILLED[workers]
+    ended = launched.ended(name)
+    assert not ended["timed_out"]
+    assert ended["exitcodes"] == [0, 0, -signal.SIGKILL]  # the survivors exit normally
+    for r in range(2):
+        err = json.loads((launched.root / name / f"rank{r}.json").read_text()).get("error")
+        assert err is not None and err["type"] == "RankError", err
+        assert re.search(r"rank 2 of 3 failed in pass 1 of group 'item', which the ranks share: no word from rank "
+                         r"2: (.|\n)*fix: rank 2 stopped without reporting an error", err["message"]), err["message"]

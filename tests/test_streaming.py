@@ -166,7 +166,7 @@ def test_stream_sharding_property(
     for rank in range(world_size):
         loader = stream_driver.dataloader(
             ["name"], inputs={"n": n}, batch_size=batch_size, streaming=True, shuffle=shuffle,
-            shuffle_buffer=5, rank=rank, world_size=world_size, drop_last=drop_last,
+            shuffle_buffer=5, rank=rank, world_size=world_size, drop_last=drop_last, even_batches=False,
         )
         ds = loader.dataset
         reference = [idx for _, idx, _ in ds.batches()]  # this rank's batches, in order
@@ -191,6 +191,31 @@ def test_stream_sharding_property(
     assert len(seen) == len(set(seen))
     if not drop_last:
         assert sorted(seen) == list(range(n))
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(n=st.integers(1, 40), batch_size=st.integers(1, 6), workers=st.integers(0, 1), world_size=st.integers(2, 3),
+       shuffle=st.booleans())
+def test_a_stream_is_evened_out_between_ranks_by_default(
+    stream_driver: fd.Driver, n: int, batch_size: int, workers: int, world_size: int, shuffle: bool
+) -> None:
+    # Streamed (streaming=True): the ranks' batch counts are not known ahead, but every worker
+    # reads the whole stream, so the last round is held until the stream ends and re-cut as
+    # the indexed loader's is. Every rank gets the same batches' sizes; the repeats are marked.
+    shapes, real, padded, remainders = set(), [], 0, set()
+    for rank in range(world_size):
+        loader = stream_driver.dataloader(["name"], inputs={"n": n}, batch_size=batch_size, streaming=True,
+                                          shuffle=shuffle, shuffle_buffer=5, rank=rank, world_size=world_size,
+                                          num_workers=workers)
+        batches = [list(b["name"]) for b in loader]
+        shapes.add(tuple(len(b) for b in batches))
+        real += [x for k, b in enumerate(batches) for x in b[: len(b) - loader.padding(k)]]
+        padded += loader.report.padded
+        remainders.add(loader.remainder)
+    assert len(shapes) == 1
+    assert sorted(real) == [f"rec-{i:04d}" for i in range(n)]
+    assert padded == -(-n // world_size) * world_size - n
+    assert remainders == {n % (batch_size * world_size)}
 
 
 @pytest.fixture(scope="module")

@@ -12,7 +12,11 @@ Accelerate, and :class:`Prepared` is what it does then, as Accelerate's own load
 - the loader registers with Accelerate's ``GradientState`` while it is iterated and sets
   ``end_of_dataloader`` before its last batch, which ``accelerator.accumulate()`` (the
   gradient sync of the last, partial accumulation) and ``gather_for_metrics()`` read;
-  ``remainder`` is 0: flowdata never repeats samples to even out the ranks.
+- ``remainder`` is the number of samples of the last, partial round of batches across the
+  ranks: the ranks are evened out by repeating a few samples at the end of their last
+  batches (``even_batches``), so ``gather_for_metrics()`` keeps the first ``remainder``
+  rows of the last batches gathered and returns exactly the epoch's samples (0 when
+  nothing is repeated: ``even_batches=False``, one process, or an even division).
 
 The loader must deal its samples to as many ranks as Accelerate runs processes: one built
 before ``Accelerator()`` started the process group would give every process every sample,

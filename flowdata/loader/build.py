@@ -43,7 +43,7 @@ from flowdata.run.kernel import PassSpec
 from flowdata.run.passes import Engine, Recorder, on_error_mode
 from flowdata.run.scheduler import Run
 from flowdata.run.shards import ShardedSource
-from flowdata.run.ranks import ranks_of
+from flowdata.run.ranks import ItemsPrint, block_reprs, items_print, ranks_of
 from flowdata.run.samplecache import SampleCache
 from flowdata.run.source import IndexSource, indexed
 from flowdata.loader.datasets import LaneDataset, PassDataset, StreamDataset
@@ -66,6 +66,7 @@ class LoaderOptions:
     shuffle: bool = False
     seed: int = 0
     drop_last: bool = False
+    even_batches: bool = True
     rank: int = 0
     world_size: int = 1
     streaming: bool = False
@@ -143,6 +144,18 @@ def _say_fallback(source: str, shards: int, options: LoaderOptions) -> None:
             source, shards, consumers, options.world_size, workers, -(-consumers // shards), consumers)
 
 
+def _say_uneven(source: str, options: LoaderOptions) -> None:
+    """Logs, once per loader, that a stream in shards cannot be evened out between the ranks
+    of a process group."""
+    if options.world_size > 1 and options.even_batches:
+        _log.warning(
+            "source '%s' is a stream in shards: each rank reads only its own shards, whose lengths are not known "
+            "ahead, so the %d ranks' batch counts cannot be evened out (even_batches applies to indexed sources "
+            "and to streams not in shards); a step that all ranks take together (DDP) needs a bound on the steps "
+            "per epoch (Lightning's limit_train_batches, a max_steps), or an indexed datasets.Dataset",
+            source, options.world_size)
+
+
 def build_dataset(
     driver: Driver, outputs: Sequence[str], inputs: Mapping[str, Any] | None, options: LoaderOptions,
     *, batches: bool = True, require_index: bool = False,
@@ -207,6 +220,7 @@ def build_dataset(
                         samples=options.samples)
         cache = ReductionCache(PassCache(cache_dir), driver.graph.nodes, driver.program) if cache_dir else None
         run = Run(driver.graph, analysis, plan, values, engine, cache)
+        printed: list[ItemsPrint] = []
 
         def open_group(_: object = None) -> tuple[IndexSource | None, ShardedSource | None]:
             if group.kind != "parallel":
@@ -220,16 +234,24 @@ def build_dataset(
                     _refuse_stream(group.source, f"returned a stream in shards ({type(opened.data).__name__})")
                 run.use_source(group.source, opened)  # the statistics pass streams it once, here
                 _say_fallback(group.source, opened.num_shards, options)
+                if ranks is not None:  # real ranks (a process group): their steps may be taken together
+                    _say_uneven(group.source, options)
                 return None, opened
             if streaming:
                 return None, None
             index = indexed(opened, _writable(cache_dir))
             run.use_source(group.source, index)
+            if ranks is not None:  # what the ranks compare before the samples are dealt
+                printed.append(items_print(index.items))
             return index, None
 
         # Under torch.distributed, a source failing on one rank fails every rank (none waits).
         index, sharded = (ranks.together(f"opening source '{group.source}'", open_group)[0] if ranks is not None
                           else open_group())
+        if ranks is not None and index is not None:
+            # Every rank reaches this exchange: a rank with no index would have raised in together().
+            items = index.items
+            ranks.same_items(group.source, printed[0], lambda block: block_reprs(items, block))
         # Ranks sharing the pass each compute a part of it: no total to show.
         total = len(index.items) if index is not None and ranks is None else None
         bar = progress_bar(options.progress, total, 0, "statistics", unit="sample")
@@ -258,7 +280,8 @@ def build_dataset(
     if index is None:
         stream: dict[str, Any] = dict(seed=options.seed, skip=skip, collate_fn=options.collate_fn, batch_size=options.batch_size,
                       drop_last=options.drop_last, shuffle=options.shuffle, shuffle_buffer=options.shuffle_buffer,
-                      rank=options.rank, world_size=options.world_size, nodes=driver.graph.nodes)
+                      rank=options.rank, world_size=options.world_size, nodes=driver.graph.nodes,
+                      even=options.even_batches)
         dataset = (LaneDataset(driver.program, spec, whole, delivered, sharded.data, **stream) if sharded is not None
                    else StreamDataset(driver.program, spec, whole, delivered, **stream))
         dataset.exclude = skipped
@@ -289,7 +312,8 @@ def build_loader(
     sampler = None
     if isinstance(dataset, PassDataset):  # map-style: the sampler in this process decides the order
         sampler = EpochBatches(indices, options.batch_size, shuffle=options.shuffle, seed=options.seed,
-                               rank=options.rank, world_size=options.world_size, drop_last=options.drop_last)
+                               rank=options.rank, world_size=options.world_size, drop_last=options.drop_last,
+                               even=options.even_batches)
     return DataLoader(
         dataset, sampler, num_workers=options.num_workers, prefetch_factor=prefetch_factor, pin_memory=pin_memory,
         persistent_workers=persistent_workers, multiprocessing_context=options.multiprocessing_context,

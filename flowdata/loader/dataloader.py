@@ -151,7 +151,30 @@ class DataLoader(TorchDataLoader):  # type: ignore[type-arg]
 
     _accelerate: Prepared | None = None
     end_of_dataloader = False  # read by Accelerate (see flowdata.loader.accelerate)
-    remainder = 0  # samples repeated in the last batch to even out the ranks: never any
+    _stream_remainder = 0  # an evened stream's last round, once its last batch arrived
+    _padding_seen: dict[int, int] | None = None  # padding rows of the batches of this epoch delivered so far
+
+    @property
+    def remainder(self) -> int:
+        """Samples of the last, partial round of batches across the ranks (what Accelerate's
+        ``gather_for_metrics`` keeps of the ranks' last batches gathered): 0 when no sample
+        is repeated to even out the ranks."""
+        if self.flow_sampler is not None:
+            return self.flow_sampler.remainder
+        return self._stream_remainder
+
+    def padding(self, batch: int) -> int:
+        """How many rows at the end of batch ``batch`` (counted from 0) of this rank's
+        current epoch repeat a sample to even out the ranks (``even_batches``): 0, except in
+        the epoch's last batch of some ranks. Rows ``[:len - padding(b)]`` are the real ones.
+
+        An indexed loader knows it for every batch in advance; a streaming one once the
+        batch has been delivered (0 before).
+        """
+        seen = self._padding_seen.get(batch) if self._padding_seen is not None else None
+        if seen is not None:
+            return seen
+        return self.flow_sampler.padding(batch) if self.flow_sampler is not None else 0
 
     @property
     def _is_accelerate_prepared(self) -> bool:
@@ -231,6 +254,8 @@ class DataLoader(TorchDataLoader):  # type: ignore[type-arg]
         start, self._resume_at = self._resume_at, 0
         self._finished = False
         self._start_at(start)
+        self._padding_seen = {}  # kept after the epoch: padding(b) of a stream's batches delivered
+        self._stream_remainder = 0  # until an evened stream's last batch says otherwise
         total = len(self.flow_sampler) if self.flow_sampler is not None else None
         bar = progress_bar(self.progress, total, start, f"epoch {self._epoch}")
         skipped_before = len(self.report.skipped)
@@ -309,6 +334,12 @@ class DataLoader(TorchDataLoader):  # type: ignore[type-arg]
         spec = self.flow_dataset.spec
         if batch.cache:
             self.recorder.report.add_cache(batch.cache)
+        if batch.padding:
+            self.recorder.report.padded += batch.padding
+        if self._padding_seen is not None:
+            self._padding_seen[self._served] = batch.padding
+        if batch.remainder >= 0:
+            self._stream_remainder = batch.remainder
         try:
             self.recorder.record(spec.group, spec.number, len(batch.indices), batch.node_seconds, batch.skipped,
                                  batch.failure, batch.worker)
@@ -361,6 +392,7 @@ class DataLoader(TorchDataLoader):  # type: ignore[type-arg]
                 "rank": s.rank,
                 "world_size": s.world_size,
                 "drop_last": s.drop_last,
+                **({"even_batches": s.even} if s.world_size > 1 else {}),
             }
         d: Any = self.flow_dataset
         shards = {"num_shards": d.num_shards} if isinstance(d, LaneDataset) else {}
@@ -374,6 +406,7 @@ class DataLoader(TorchDataLoader):  # type: ignore[type-arg]
             "rank": d.rank,
             "world_size": d.world_size,
             "drop_last": d.drop_last,
+            **({"even_batches": d.even} if d.world_size > 1 and not isinstance(d, LaneDataset) else {}),
         }
 
     def state_dict(self) -> dict[str, Any]:

@@ -95,8 +95,16 @@ class PassWork:
         return run_chunk(self._get_nodes(), spec, self.whole, indices, items, worker=worker, skip=self.skip)
 
     def batch(self, indices: list[int], items: list[Any], epoch: int) -> Batch:
-        """The pass over one batch of samples, collated (the loader's path)."""
+        """The pass over one batch of samples, collated (the loader's path).
+
+        ``indices`` may say how many of its last samples repeat one to even out the ranks
+        (:class:`~flowdata.loader.order.EpochIndices`); the batch counts those delivered.
+        """
         result = self.columns(indices, items, epoch)
+        padding, remainder = getattr(indices, "padding", 0), getattr(indices, "remainder", -1)
+        if padding and result.skipped:  # a repeated sample that failed is not delivered either
+            failed = {f.index for f in result.skipped}
+            padding = sum(1 for i in indices[len(indices) - padding :] if i not in failed)
         data: Any = result.columns
         if result.failure is None:
             try:
@@ -113,7 +121,9 @@ class PassWork:
                 error.__cause__ = err.cause
                 return Batch(None, list(result.indices), result.skipped, None, result.node_seconds, result.worker,
                              error=error, cache=result.cache)
-        return Batch.of(result, data)
+        out = Batch.of(result, data)
+        out.padding, out.remainder = padding, remainder
+        return out
 
     def _rows(self, result: ChunkResult) -> list[dict[str, Any]]:
         """One dict of outputs per sample; a failing or skipped sample raises ``SampleError``."""
@@ -229,7 +239,7 @@ class BatchView(Dataset[Batch]):
         return len(self.base)
 
     def __getitems__(self, indices: Sequence[int]) -> Batch:
-        return self.base.compute(list(indices), getattr(indices, "epoch", 0))
+        return self.base.compute(indices if isinstance(indices, list) else list(indices), getattr(indices, "epoch", 0))
 
     def __getitem__(self, i: int) -> Batch:
         return self.base.compute([int(i)], 0)
@@ -254,6 +264,8 @@ class StreamWork(PassWork, IterableDataset[Any]):
         rank: This process's rank.
         world_size: Number of ranks.
         nodes: The nodes, in this process.
+        even: Even out the ranks' batches by padding (:class:`StreamDataset` only: a
+            stream in shards cannot know the other ranks' counts).
     """
 
     def __init__(
@@ -273,8 +285,10 @@ class StreamWork(PassWork, IterableDataset[Any]):
         rank: int,
         world_size: int,
         nodes: Mapping[str, Node] | None = None,
+        even: bool = False,
     ):
         super().__init__(program, spec, whole, outputs, seed, skip, collate_fn, nodes)
+        self.even = even
         self.batch_size = batch_size
         self.drop_last = drop_last
         self.shuffle = shuffle
@@ -331,7 +345,7 @@ class StreamDataset(StreamWork):
         return stream_batches(
             self._items(), batch_size=self.batch_size, drop_last=self.drop_last, shuffle=self.shuffle,
             shuffle_buffer=self.shuffle_buffer, seed=self.seed, epoch=self.epoch, rank=self.rank,
-            world_size=self.world_size, exclude=self.exclude,
+            world_size=self.world_size, exclude=self.exclude, even=self.even,
         )
 
     def _computed(self) -> Iterator[Batch]:

@@ -3,11 +3,14 @@
 - :class:`EpochBatches` (map-style): a permutation seeded by (seed, epoch), sharded
   across ranks, cut into batches, in the main process. It is the only source of order, so
   batches are identical for any number of workers, and a resumed loader starts at batch
-  ``k`` without computing the ``k`` batches before it.
+  ``k`` without computing the ``k`` batches before it. Under several ranks every rank gets
+  the same number of batches of the same sizes (``even_batches``, the default), the last
+  round padded with the epoch's first samples, as ``DistributedSampler`` pads.
 - :func:`stream_batches` (streaming): every process forms the same global sequence of
   batches from the items -- consecutive items, or items passed through a bounded shuffle
   buffer seeded from (seed, epoch) -- and global batch ``b`` belongs to rank
-  ``b % world_size``.
+  ``b % world_size``. Evened (``even``), the last, partial round of batches is re-cut as
+  the indexed loader's is, once the end of the stream shows it is the last.
 """
 
 from __future__ import annotations
@@ -27,9 +30,12 @@ __all__ = ["EpochBatches", "EpochSampler", "cut_batches", "stream_batches"]
 
 
 class EpochIndices(list[int]):
-    """A batch's sample indices, carrying the epoch to the worker (for ``sample_rng``)."""
+    """A batch's sample indices, carrying the epoch to the worker (for ``sample_rng``) and
+    how many of its last indices repeat a sample to even out the ranks (``padding``)."""
 
     epoch: int = 0
+    padding: int = 0
+    remainder: int = -1  # a stream's last round: its samples (see stream_batches)
 
 
 class EpochBatches(Sampler[list[int]]):
@@ -38,10 +44,22 @@ class EpochBatches(Sampler[list[int]]):
     Every epoch, the sample indices (minus those skipped in earlier passes) are permuted
     with a generator seeded from (seed, epoch) when ``shuffle``, then dealt to ranks in
     turn (rank ``r`` takes positions ``r, r + world_size, ...``), then cut into batches.
-    Every sample appears exactly once per epoch across ranks; ranks differ by at most one
-    sample (so by at most one batch). ``drop_last`` drops the last ``len % (batch_size *
-    world_size)`` samples of the permutation, so that every rank gets the same number of
-    full batches.
+
+    - ``even`` (the default; it matters only for several ranks and no ``drop_last``): the
+      permutation's full rounds (``batch_size * world_size`` samples each) are dealt in
+      turn; the last, partial round of ``T`` samples is cut into ``world_size`` runs of
+      ``ceil(T / world_size)``, rank ``r`` taking the ``r``-th, and the runs past the end
+      are filled with the permutation's first samples. Every rank gets the same number of
+      batches of the same sizes, ``ceil(len / world_size)`` samples in all (as
+      ``DistributedSampler``), and fewer than ``world_size`` samples are repeated per epoch,
+      each as one of the last rows of a rank's last batch (:meth:`padding`). The ranks'
+      last batches, concatenated in rank order, are the last round's samples followed by
+      the repeats: what Accelerate's ``gather_for_metrics`` truncates to ``T``
+      (``remainder``).
+    - not ``even``: every sample appears exactly once per epoch across ranks; ranks differ
+      by at most one sample (so by at most one batch).
+    - ``drop_last`` drops the last ``len % (batch_size * world_size)`` samples of the
+      permutation, so that every rank gets the same number of full batches.
     """
 
     def __init__(
@@ -54,6 +72,7 @@ class EpochBatches(Sampler[list[int]]):
         rank: int = 0,
         world_size: int = 1,
         drop_last: bool = False,
+        even: bool = True,
     ):
         if batch_size < 1:
             raise FlowdataError(f"batch_size={batch_size}: expected a positive number")
@@ -67,6 +86,7 @@ class EpochBatches(Sampler[list[int]]):
         self.rank = rank
         self.world_size = world_size
         self.drop_last = drop_last
+        self.even = even
         self.epoch = 0
         self.start = 0  # first batch of the next iteration (resume)
         self.sampler: EpochSampler | None = None  # the sampler view frameworks drive (set by the loader)
@@ -84,7 +104,47 @@ class EpochBatches(Sampler[list[int]]):
             # ranks): the last, partial round of batches is dropped for everyone.
             per_round = self.batch_size * self.world_size
             order = order[: len(order) - len(order) % per_round]
+        elif self.evened:
+            full, run = self._rounds()
+            if run:
+                # The last round in contiguous runs, rank r the r-th; positions past the end
+                # wrap to the order's first samples (DistributedSampler's padding).
+                lo = full + self.rank * run
+                positions = torch.arange(lo, lo + run)
+                positions = torch.where(positions < len(order), positions, (positions - len(order)) % len(order))
+                return torch.cat([order[: full][self.rank :: self.world_size], order[positions]])
+            return order[: full][self.rank :: self.world_size]
         return order[self.rank :: self.world_size]
+
+    @property
+    def evened(self) -> bool:
+        """Whether the ranks are evened out by padding (several ranks, ``even``, no ``drop_last``)."""
+        return self.even and self.world_size > 1 and not self.drop_last and len(self.indices) > 0
+
+    def _rounds(self) -> tuple[int, int]:
+        """Samples of the full rounds, and the length of each rank's run of the last round."""
+        n = len(self.indices)
+        tail = n % (self.batch_size * self.world_size)
+        return n - tail, -(-tail // self.world_size)
+
+    @property
+    def remainder(self) -> int:
+        """Samples of the last, partial round of batches across ranks (0: none): the
+        ``remainder`` Accelerate's ``gather_for_metrics`` keeps of the ranks' last batches."""
+        return len(self.indices) % (self.batch_size * self.world_size) if self.evened else 0
+
+    def padded(self) -> int:
+        """Samples this rank repeats per epoch to even out the ranks (the last rows of its
+        last batch)."""
+        if not self.evened:
+            return 0
+        full, run = self._rounds()
+        return min(run, max(0, full + (self.rank + 1) * run - len(self.indices)))
+
+    def padding(self, batch: int) -> int:
+        """Rows at the end of batch ``batch`` of this rank's epoch that repeat a sample to
+        even out the ranks: ``padded()`` for the last batch, 0 for the others."""
+        return self.padded() if batch == len(self) - 1 else 0
 
     def batches(self) -> list[list[int]]:
         """Every batch of this epoch for this rank."""
@@ -97,6 +157,9 @@ class EpochBatches(Sampler[list[int]]):
     def samples(self) -> int:
         """This rank's samples per epoch, counted without a permutation."""
         n = len(self.indices)
+        if self.evened:
+            full, run = self._rounds()
+            return full // self.world_size + run
         if self.drop_last:
             n -= n % (self.batch_size * self.world_size)
         return max(0, -(-(n - self.rank) // self.world_size))
@@ -108,9 +171,11 @@ class EpochBatches(Sampler[list[int]]):
 
     def __iter__(self) -> Iterator[list[int]]:
         start, self.start = self.start, 0
-        for batch in self.batches()[start:]:
-            out = EpochIndices(batch)
+        cut = self.batches()
+        for number in range(start, len(cut)):
+            out = EpochIndices(cut[number])
             out.epoch = self.epoch
+            out.padding = self.padding(number)
             yield out
 
 
@@ -174,18 +239,54 @@ def stream_batches(
     rank: int,
     world_size: int,
     exclude: frozenset[int] = frozenset(),
+    even: bool = False,
 ) -> Iterator[tuple[int, list[int], list[Any]]]:
     """One rank's batches of a streamed epoch: ``(number on this rank, indices, items)``.
 
     Samples in ``exclude`` (skipped in an earlier pass) are left out. Only the item
-    bookkeeping happens here; nothing is computed.
+    bookkeeping happens here; nothing is computed. With ``even`` (several ranks, no
+    ``drop_last``), every rank gets the same number of batches of the same sizes: the last
+    round's batches are held until the stream ends, then cut as :class:`EpochBatches` cuts
+    its last round; the indices of a batch with repeated samples are
+    :class:`EpochIndices` whose ``padding`` counts them (their ``remainder`` is the last
+    round's samples).
     """
     stream: Iterator[tuple[int, Any]] = ((i, x) for i, x in enumerate(items) if i not in exclude)
     if shuffle:
         stream = _shuffled(stream, max(1, shuffle_buffer), random.Random(sample_seed(seed, epoch, -3)))
-    for b, indices, batch in cut_batches(stream, batch_size, drop_last):
+    cut = cut_batches(stream, batch_size, drop_last)
+    if even and world_size > 1 and not drop_last:
+        cut = _evened(cut, batch_size, world_size)
+    for b, indices, batch in cut:
         if b % world_size == rank:
             yield b // world_size, indices, batch
+
+
+def _evened(cut: Iterator[tuple[int, list[int], list[Any]]], batch_size: int,
+            world_size: int) -> Iterator[tuple[int, list[int], list[Any]]]:
+    """Global batches with the last, partial round re-cut into ``world_size`` runs of the
+    same length, padded with the stream's first samples (see :class:`EpochBatches`)."""
+    first: list[tuple[int, Any]] = []  # the padding: fewer than world_size samples are ever repeated
+    pending: list[tuple[int, list[int], list[Any]]] = []
+    for b, indices, items in cut:
+        if len(first) < world_size:
+            first.extend(list(zip(indices, items, strict=True))[: world_size - len(first)])
+        pending.append((b, indices, items))
+        if len(pending) == world_size and all(len(p[1]) == batch_size for p in pending):
+            yield from pending  # a full round: as it is
+            pending = []
+    if not pending:
+        return
+    start = pending[0][0]
+    tail = [(i, x) for _, indices, items in pending for i, x in zip(indices, items, strict=True)]
+    size = len(tail)
+    run = -(-size // world_size)
+    for r in range(world_size):
+        pairs = [tail[p] if p < size else first[(p - size) % len(first)] for p in range(r * run, (r + 1) * run)]
+        out = EpochIndices(i for i, _ in pairs)
+        out.padding = max(0, min(run, (r + 1) * run - size))
+        out.remainder = size
+        yield start + r, out, [x for _, x in pairs]
 
 
 def cut_batches(

@@ -22,7 +22,8 @@ __all__ = ["INLINE_BYTES", "Batch", "CollateError", "collate"]
 class Batch:
     """What a worker sends back: the collated batch and what happened computing it."""
 
-    __slots__ = ("data", "indices", "skipped", "failure", "node_seconds", "worker", "error", "lane", "cache")
+    __slots__ = ("data", "indices", "skipped", "failure", "node_seconds", "worker", "error", "lane", "cache",
+                 "padding", "remainder")
 
     def __init__(
         self,
@@ -35,6 +36,8 @@ class Batch:
         error: BaseException | None = None,
         lane: int | None = None,
         cache: dict[str, list[int]] | None = None,
+        padding: int = 0,
+        remainder: int = -1,
     ):
         self.data = data
         self.indices = indices
@@ -45,6 +48,8 @@ class Batch:
         self.error = error  # a flowdata error raised outside the samples (a failing source)
         self.lane = lane  # the lane of a stream in shards it belongs to (flowdata.loader.lanes)
         self.cache = cache or {}  # the sample cache's counts (hits, misses, bytes) per cached node
+        self.padding = padding  # its last rows that repeat a sample to even out the ranks
+        self.remainder = remainder  # a stream's last batch, evened: samples of the last round (else -1)
 
     def __getitem__(self, key: Any) -> Any:
         # Reached only by code that iterates the loader's torch pipeline without the
@@ -69,7 +74,8 @@ class Batch:
         # hand-off (a file descriptor per storage, received, opened and mapped) costs hundreds
         # of µs per tensor, far more than copying a few KB.
         return (_rebuild_batch, (_to_wire(self.data), self.indices, self.skipped, self.failure,
-                                 self.node_seconds, self.worker, self.error, self.lane, self.cache))
+                                 self.node_seconds, self.worker, self.error, self.lane, self.cache,
+                                 self.padding, self.remainder))
 
     def pin_memory(self) -> Batch:
         """Pins the batch's tensors (used by the DataLoader's pin-memory thread)."""

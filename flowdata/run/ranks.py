@@ -20,6 +20,10 @@ reductions over an indexed source is **shared**:
   behind a JSON header, never a pickle), whatever ``N``.
 - **Skips** travel as JSON records (one gather): every rank knows every skipped sample,
   so the epochs leave them out alike.
+- **The same items.** Before anything is dealt, the ranks exchange one fingerprint of the
+  items they index (:func:`items_print`, :meth:`Ranks.same_items`): ranks whose sources
+  list different items (a file that appeared between two ranks' listings) would lose and
+  repeat samples silently, so every rank raises a ``RankError`` saying how they differ.
 
 A pass that cannot be shared -- a plain Collect function among its consumers (arbitrary
 code over every value, whose result cannot travel without a pickle), a stream, a reducer
@@ -41,10 +45,11 @@ the process group's own timeout (``init_process_group(timeout=...)``).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -52,15 +57,20 @@ from flowdata.errors import FlowdataError, RankError, describe
 from flowdata.reduce import BLOCK
 from flowdata.run.samplestore import decode_value, encode_value
 
-__all__ = ["PeerStopped", "Ranks", "ranks_of", "skips_payload"]
+__all__ = ["ItemsPrint", "PeerStopped", "Ranks", "items_print", "ranks_of", "skips_payload"]
 
 _log = logging.getLogger("flowdata")
 
 T = TypeVar("T")
 
 _STATUS_TAG, _CHAIN_TAG = 4601, 4602
+_PRINT_BLOCK = 1024  # items per block digest of an index's fingerprint (to find where ranks differ)
 _STATUS_BYTES = 1024  # a status and the first kilobyte of an error's text
 _OK, _FAILED, _STOPPED = 0, 1, 2
+
+_NO_WORD = "no word from rank"  # a peer that died without telling (killed), as its status reads
+_LOST_FIX = ("{who} stopped without reporting an error (killed by a signal or the out-of-memory killer, or a "
+             "native crash): see its log and the system's (dmesg); the other ranks stopped with it")
 
 _GLOO: dict[int, Any] = {}  # a gloo group beside a default group of another backend (NCCL)
 
@@ -118,6 +128,10 @@ class Ranks:
 
     def gather(self, payload: bytes) -> list[bytes]:
         """Every rank's ``payload``, in rank order (two collectives)."""
+        with _exchange(self, "an exchange between the ranks"):
+            return self._gather(payload)
+
+    def _gather(self, payload: bytes) -> list[bytes]:
         import torch
         import torch.distributed as dist
 
@@ -146,6 +160,17 @@ class Ranks:
         Returns:
             The merged reducer, restored from the same arrays on every rank.
         """
+        with _exchange(self, where):  # the messages only: the reducers' own errors pass as they are
+            status, message, error = self._chain(first, then, restore)
+        if status != _OK:
+            if error is not None:
+                raise error
+            failed = json.loads(message.decode())
+            raise RankError(failed["rank"], self.world_size, where, failed["detail"])
+        return restore(decode_value(message))
+
+    def _chain(self, first: Any, then: Callable[[Any], Any],
+               restore: Callable[[Mapping[str, Any]], Any]) -> tuple[int, bytes, BaseException | None]:
         error: BaseException | None = None
         message: bytes = b""
         status = _OK
@@ -164,18 +189,52 @@ class Ranks:
         if self.rank < self.world_size - 1:
             self._send(self.rank + 1, status, message)
         status, message = self._broadcast(self.world_size - 1, status, message)
-        if status != _OK:
-            if error is not None:
-                raise error
-            failed = json.loads(message.decode())
-            raise RankError(failed["rank"], self.world_size, where, failed["detail"])
-        return restore(decode_value(message))
+        return status, message, error
+
+    def same_items(self, source: str, mine: ItemsPrint, describe_items: Callable[[int], list[str]]) -> None:
+        """Raises a ``RankError`` on every rank unless every rank indexes the same items.
+
+        One gather of ``(count, digest)``; only when they differ, two more find the first
+        item that differs (block digests, then the reprs of that block's items, read by
+        ``describe_items(block)``).
+        """
+        every = [json.loads(p) for p in self.gather(json.dumps({"count": mine.count, "digest": mine.digest,
+                                                                 "kind": mine.kind}).encode())]
+        if all(e == every[0] for e in every):
+            return
+        other = next(r for r, e in enumerate(every) if e != every[0])
+        counts = [e["count"] for e in every]
+        what = (f"rank 0 indexes {counts[0]} items, rank {other} {counts[other]}" if counts[0] != counts[other]
+                else f"both index {counts[0]} items, but not the same ones")
+        if len(set(counts)) > 2 or (self.world_size > 2 and counts[0] != counts[other]):
+            what += f" (per rank: {', '.join(str(c) for c in counts)})"
+        blocks = [json.loads(p) for p in self.gather(json.dumps(mine.blocks).encode())]
+        first = _first_difference(blocks)
+        where = f"the items of source '{source}'"
+        if first is not None:
+            reprs = [json.loads(p) for p in self.gather(json.dumps(describe_items(first)).encode())]
+            at = _first_difference(reprs)
+            if at is not None:
+                k = next(r for r in range(1, self.world_size) if _get(reprs[r], at) != _get(reprs[0], at))
+                other = k
+                what += (f"; the first that differs is item {first * _PRINT_BLOCK + at}: rank 0 has "
+                         f"{_get(reprs[0], at) or 'none'}, rank {k} has {_get(reprs[k], at) or 'none'}")
+        elif mine.kind == "datasets":
+            what += "; the datasets' fingerprints differ"
+        raise RankError(
+            other, self.world_size, f"indexing source '{source}'",
+            f"the ranks' sources list different items: {what}; dealt between the ranks, samples would be "
+            f"lost and repeated",
+            fix=f"give every rank the same items in the same order: {where} must not change while the ranks "
+                "start (list the files once, e.g. into a manifest every rank reads, and sort the listing)",
+        )
 
     def barrier(self) -> None:
         """Waits until every rank is here."""
         import torch.distributed as dist
 
-        dist.barrier(group=self.group)
+        with _exchange(self, "waiting for every rank"):
+            dist.barrier(group=self.group)
 
     def _why(self, exc: BaseException) -> bytes:
         return json.dumps({"rank": self.rank, "detail": describe(exc)}).encode()
@@ -243,7 +302,7 @@ class _Watch:
             work.wait()
             got = buf.numpy().tobytes()
         except Exception as exc:  # the process group broke (a peer died, its timeout passed)
-            got = _status(_FAILED, f"no word from rank {peer}: {describe(exc)}")
+            got = _status(_FAILED, f"{_NO_WORD} {peer}: {describe(exc)}")
         with self._lock:
             self._got[peer] = got
 
@@ -268,23 +327,118 @@ class _Watch:
             mine = _status(_STOPPED, "")
         else:
             mine = _status(_FAILED, describe(error))
-        sends = [dist.isend(_as_tensor(mine), dst=peer, group=self.ranks.group, tag=_STATUS_TAG)
-                 for peer in range(self.ranks.world_size) if peer != self.ranks.rank]
+        sends: list[tuple[int, Any]] = []
+        lost: dict[int, BaseException] = {}
+        for peer in range(self.ranks.world_size):
+            if peer == self.ranks.rank:
+                continue
+            try:
+                sends.append((peer, dist.isend(_as_tensor(mine), dst=peer, group=self.ranks.group, tag=_STATUS_TAG)))
+            except Exception as exc:  # gloo: the connection to a killed peer is closed
+                lost[peer] = exc
         for t in self._threads:
             while t.is_alive():
                 t.join(0.5)  # in slices: a Ctrl-C is noticed
-        for s in sends:
-            if s is not None:
-                s.wait()
+        for peer, s in sends:
+            try:
+                if s is not None:
+                    s.wait()
+            except Exception as exc:
+                lost[peer] = exc
         statuses = {p: _read_status(m) for p, m in self._got.items()}
+        for peer, why in lost.items():  # a peer that cannot be told has died, whatever it said before
+            if statuses.get(peer, (_OK, ""))[0] != _FAILED:
+                statuses[peer] = (_FAILED, f"{_NO_WORD} {peer}: {describe(why)}")
         statuses[self.ranks.rank] = _read_status(mine)
         if error is not None and stopped is None:
             raise error
         failed = sorted(p for p, (status, _) in statuses.items() if status == _FAILED)
         if failed:
             first = failed[0]
-            raise RankError(first, self.ranks.world_size, self.where, statuses[first][1]) from error
+            detail = statuses[first][1]
+            raise RankError(first, self.ranks.world_size, self.where, detail,
+                            fix=_LOST_FIX.format(who=f"rank {first}") if detail.startswith(_NO_WORD) else None) from error
         return [statuses[p][1] == "1" for p in range(self.ranks.world_size)]
+
+
+@dataclass(frozen=True)
+class ItemsPrint:
+    """What the ranks compare of the items they index: count, digest and block digests."""
+
+    count: int
+    digest: str
+    blocks: list[str]
+    kind: str = "items"
+
+
+def items_print(items: Any) -> ItemsPrint:
+    """The fingerprint of an index's items: a SHA-256 of their reprs (a ``datasets.Dataset``:
+    its own fingerprint), with one per block of :data:`_PRINT_BLOCK` items.
+
+    Only the items count, not the files they name (their times may differ between the
+    ranks' machines).
+    """
+    import hashlib
+
+    n = len(items)
+    dataset = getattr(items, "dataset", None)
+    if dataset is not None and hasattr(dataset, "_fingerprint"):  # a datasets.Dataset: never decoded here
+        return ItemsPrint(n, hashlib.sha256(f"{dataset._fingerprint}:{n}".encode()).hexdigest(), [], "datasets")
+    own = getattr(items, "items", None)
+    if own is not None and not isinstance(own, (list, tuple, range)):
+        # Another sized, indexable object used as the index (a torch Dataset): its items
+        # may be decoded samples, so only their number is compared.
+        return ItemsPrint(n, f"{type(own).__qualname__}:{n}", [], "count")
+    whole = hashlib.sha256()
+    blocks = []
+    for lo in range(0, n, _PRINT_BLOCK):
+        h = hashlib.sha256()
+        for item in items.take(list(range(lo, min(lo + _PRINT_BLOCK, n)))):
+            h.update(repr(item).encode())
+            h.update(b"\n")
+        digest = h.hexdigest()[:16]
+        blocks.append(digest)
+        whole.update(digest.encode())
+    return ItemsPrint(n, whole.hexdigest(), blocks)
+
+
+def block_reprs(items: Any, block: int) -> list[str]:
+    """Short reprs of the items of one block (to name the first that differs)."""
+    from flowdata.errors import short_repr
+
+    n = len(items)
+    lo = block * _PRINT_BLOCK
+    own = getattr(items, "items", None)
+    if lo >= n or getattr(getattr(items, "dataset", None), "_fingerprint", None) is not None or (
+            own is not None and not isinstance(own, (list, tuple, range))):
+        return []
+    return [short_repr(x) for x in items.take(list(range(lo, min(lo + _PRINT_BLOCK, n))))]
+
+
+def _get(values: list[Any], i: int) -> Any:
+    return values[i] if i < len(values) else None
+
+
+def _first_difference(lists: list[list[Any]]) -> int | None:
+    """The first position where a list differs from the first (one past an end counts)."""
+    longest = max(len(x) for x in lists)
+    for i in range(longest):
+        if any(_get(x, i) != _get(lists[0], i) for x in lists[1:]):
+            return i
+    return None
+
+
+@contextlib.contextmanager
+def _exchange(ranks: Ranks, where: str) -> Iterator[None]:
+    """An exchange whose connection breaks (a rank died: gloo's ``RuntimeError``) raises a
+    ``RankError`` instead (which rank is not known here)."""
+    try:
+        yield
+    except FlowdataError:
+        raise
+    except RuntimeError as exc:
+        raise RankError(-1, ranks.world_size, where, f"the connection between the ranks broke: {describe(exc)}",
+                        fix=_LOST_FIX.format(who="a rank")) from exc
 
 
 def _peer_stop(error: BaseException | None) -> PeerStopped | None:

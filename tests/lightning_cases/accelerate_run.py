@@ -3,7 +3,11 @@ group (the test starts every rank with torchrun's environment variables, gloo on
 127.0.0.1). Prints ``RESULT <rank> <json>``: the samples each epoch trained on, the skips
 the loader reported, and the epochs' ``end_of_dataloader`` flags.
 
-    python accelerate_run.py NUM_WORKERS
+    python accelerate_run.py NUM_WORKERS [N]
+
+With ``N`` it trains on ``N`` samples (22 otherwise, sample 5 failing and skipped), then evaluates them: every batch of
+an evaluation loader through ``accelerator.gather_for_metrics``, which the result lists
+under ``gathered`` (on every rank).
 """
 
 from __future__ import annotations
@@ -25,7 +29,7 @@ def item(n: int) -> Parallel[int]:
 
 
 def x(item: int) -> torch.Tensor:
-    if item == 5:
+    if item == int(os.environ.get("FD_BROKEN", "5")):
         raise ValueError("sample 5 is broken")
     return torch.tensor([float(item)])
 
@@ -33,9 +37,12 @@ def x(item: int) -> torch.Tensor:
 if __name__ == "__main__":
     warnings.filterwarnings("ignore")
     workers = int(sys.argv[1])
+    n = int(sys.argv[2]) if len(sys.argv) > 2 else 22
+    if len(sys.argv) > 2:
+        os.environ["FD_BROKEN"] = "-1"  # every sample trains (a batch whose every sample is skipped is empty)
     accelerator = Accelerator(cpu=True)
     dr = fd.Builder().with_modules(sys.modules[__name__]).build()
-    loader = dr.dataloader(["item", "x"], inputs={"n": 22}, batch_size=4, shuffle=True, seed=3,
+    loader = dr.dataloader(["item", "x"], inputs={"n": n}, batch_size=4, shuffle=True, seed=3,
                            num_workers=workers, on_error="skip")
     model = torch.nn.Linear(1, 1)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
@@ -52,6 +59,14 @@ if __name__ == "__main__":
                 optimizer.zero_grad()
             seen.setdefault(epoch, []).extend(batch["item"].tolist())
             ends.setdefault(epoch, []).append(accelerator.gradient_state.end_of_dataloader)
+    gathered: list[int] = []
+    evaluated_padding = 0
+    if len(sys.argv) > 2:
+        evaluation = accelerator.prepare(dr.dataloader(["item"], inputs={"n": n}, batch_size=4, num_workers=workers))
+        for batch in evaluation:
+            gathered.extend(accelerator.gather_for_metrics(batch["item"]).tolist())
+        evaluated_padding = evaluation.report.padded
     result = {"seen": seen, "ends": ends, "skipped": sorted(s.index for s in loader.report.skipped),
-              "type": type(loader).__name__}
+              "type": type(loader).__name__, "gathered": gathered,
+              "padded": evaluated_padding}
     os.write(1, f"RESULT {accelerator.process_index} {json.dumps(result)}\n".encode())

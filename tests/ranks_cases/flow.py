@@ -3,12 +3,16 @@
 ``feature`` logs every sample it computes to ``$FD_RANK_LOG-<pid>.log`` (so a test sees
 which rank, in which process, computed what) and fails for the samples that
 ``$FD_FAIL`` lists for this rank (``rank:index,rank:index``; ``*`` for every rank), or
-sleeps ``$FD_SLOW`` seconds per sample.
+sleeps ``$FD_SLOW`` seconds per sample; the rank ``$FD_KILL`` names (``rank:index``) kills
+itself with SIGKILL on that sample (a rank that dies without a word). ``item`` yields
+``$FD_EXTRA`` more items on the rank it names (``rank:count``: a source that lists more
+items on one rank).
 """
 
 from __future__ import annotations
 
 import os
+import signal
 import time
 
 import numpy as np
@@ -19,6 +23,9 @@ from flowdata.stats import Stats, Vocab, Vocabulary, Welford
 
 
 def item(n: int) -> Parallel[int]:
+    extra = os.environ.get("FD_EXTRA")
+    if extra and extra.split(":")[0] == os.environ.get("RANK", "0"):
+        n += int(extra.split(":")[1])
     yield from range(n)
 
 
@@ -38,6 +45,9 @@ def feature(item: int, sample_index: int) -> torch.Tensor:
             f.write(f"{sample_index}\n")
     if os.environ.get("FD_SLOW"):
         time.sleep(float(os.environ["FD_SLOW"]))
+    kill = os.environ.get("FD_KILL")
+    if kill and kill == f"{os.environ.get('RANK', '0')}:{sample_index}":
+        os.kill(int(os.environ.get("FD_RANK_PID", os.getpid())), signal.SIGKILL)  # the rank, from a worker too
     if _fails(sample_index):
         raise OSError(f"transient read error on sample {sample_index}")
     rng = np.random.default_rng(item)

@@ -10,8 +10,9 @@ other processes, another group, another port.
 Each rank sets its case's environment (``FD_FAIL``, ``FD_SLOW``), builds the loader of
 :mod:`tests.ranks_cases.flow` with the case's options and writes what the test checks to
 ``<out>/rank<R>.json``: the statistics (as exact hex floats), the samples this rank
-computed in the statistics pass, the samples it delivered in epoch 0, its report's skips,
-and the error it raised, if any. Its output goes to ``<out>/rank<R>.log``. Once the ranks
+computed in the statistics pass, the samples it delivered in epoch 0 (all, and those that
+are no padding), its batches' sizes, its report's skips and padded rows, and the error it
+raised, if any. Its output goes to ``<out>/rank<R>.log``. Once the ranks
 have ended (or been killed after the case's ``timeout``), the launcher writes
 ``<out>/ended.json``: their exit codes, whether the case timed out, and the ``pass-*``
 files of its ``cache_dir`` at that moment.
@@ -52,6 +53,7 @@ def rank_main(case: dict[str, Any], rank: int) -> None:
         os.dup2(f.fileno(), 1)
         os.dup2(f.fileno(), 2)
     os.environ["RANK"] = str(rank)
+    os.environ["FD_RANK_PID"] = str(os.getpid())
     log = os.path.join(out, f"calls-rank{rank}")
     os.environ["FD_RANK_LOG"] = log
     for k, v in case.get("env", {}).items():
@@ -71,7 +73,7 @@ def rank_main(case: dict[str, Any], rank: int) -> None:
         loader = dr.dataloader(case["outputs"], inputs={"n": case["n"]}, batch_size=8,
                                num_workers=case["workers"], on_error=case.get("on_error", "raise"),
                                cache_dir=case.get("cache_dir"), shuffle=True, seed=3,
-                               streaming=case.get("streaming", False))
+                               streaming=case.get("streaming", False), even_batches=case.get("even_batches", True))
         print(f"[{time.monotonic() - began:.2f} s] loader built", flush=True)
         result["pass1"] = sorted(int(line) for p in glob.glob(f"{log}-*.log") for line in open(p))
         for p in glob.glob(f"{log}-*.log"):
@@ -84,9 +86,17 @@ def rank_main(case: dict[str, Any], rank: int) -> None:
         if "largest" in loader.stats:
             result["largest"] = float(loader.stats["largest"]).hex()
         delivered: list[int] = []
-        for batch in loader:
-            delivered.extend(int(i) for i in batch["ident"])
+        real: list[int] = []
+        sizes: list[int] = []
+        for b, batch in enumerate(loader):
+            rows = [int(i) for i in batch["ident"]]
+            delivered.extend(rows)
+            real.extend(rows[: len(rows) - loader.padding(b)])  # the rows that repeat no sample
+            sizes.append(len(rows))
         result["delivered"] = delivered
+        result["real"] = real
+        result["sizes"] = sizes
+        result["padded"] = loader.report.padded
         print(f"[{time.monotonic() - began:.2f} s] epoch delivered", flush=True)
         result["skipped"] = sorted({s.index for s in loader.report.skipped})
     except BaseException as exc:
