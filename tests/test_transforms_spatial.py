@@ -525,3 +525,13 @@ def test_short_side_resize_and_centre_crop_equal_torchvision(h: int, w: int, tmp
     decoded = torch.from_numpy(pixels).permute(2, 0, 1).float() / 255
     resized = image.resized({"path": str(path)}, image_size=32)
     assert (resized - TF.center_crop(TF.resize(decoded, [32], antialias=True), [32, 32])).abs().max() < 1e-5
+
+
+def test_a_prefiltered_batch_equals_its_samples_one_by_one() -> None:
+    # each sample's draw gives its own shrink, so its own prefilter; the batch groups them
+    x = torch.rand(4, 3, 64, 80)
+    augment = Compose(Resize(30), RandomAffine(20, scale=(0.5, 1.5)))
+    batch = augment(x, [seeded(s) for s in range(4)])
+    assert torch.allclose(batch, torch.stack([augment(x[n], seeded(n)) for n in range(4)]), atol=1e-6)
+    fixed = Compose(Resize(30), Rotate(10))
+    assert torch.allclose(fixed(x), torch.stack([fixed(s) for s in x]), atol=1e-6)

@@ -225,10 +225,10 @@ def _blur3(x: torch.Tensor, dim: int, w: float) -> torch.Tensor:
     n = x.shape[dim]
     if n == 1 or w <= 0.0:
         return x
-    y = x.clone()
-    y.narrow(dim, 1, n - 1).add_(x.narrow(dim, 0, n - 1), alpha=w)
-    y.narrow(dim, 0, n - 1).add_(x.narrow(dim, 1, n - 1), alpha=w)
-    y.mul_(1.0 / (1.0 + 2.0 * w))
+    norm = 1.0 / (1.0 + 2.0 * w)  # the interior's; the two edge pixels are rescaled after
+    y = x * norm
+    y.narrow(dim, 1, n - 1).add_(x.narrow(dim, 0, n - 1), alpha=w * norm)
+    y.narrow(dim, 0, n - 1).add_(x.narrow(dim, 1, n - 1), alpha=w * norm)
     edge = (1.0 + 2.0 * w) / (1.0 + w)
     y.narrow(dim, 0, 1).mul_(edge)
     y.narrow(dim, n - 1, 1).mul_(edge)
