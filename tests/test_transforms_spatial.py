@@ -299,7 +299,8 @@ def test_batches_draw_per_sample() -> None:
     one_by_one = torch.stack([pipe(batch[n], g) for n in range(4)])
     together = pipe(batch, seeded(9))
     assert together.shape == (4, 3, 32, 32)
-    assert torch.allclose(together, one_by_one, atol=1e-6)
+    # a sample alone prefilters only the pixels it reads: its grid about another origin, float rounding apart
+    assert torch.allclose(together, one_by_one, atol=2e-5)
     assert not torch.allclose(together[0] / together[0].mean(), together[1] / together[1].mean(), atol=1e-2)
     g1, g2 = seeded(9), seeded(9)
     unfused = Compose(*RANDOM, fuse=False)(batch, g1)
@@ -530,8 +531,10 @@ def test_short_side_resize_and_centre_crop_equal_torchvision(h: int, w: int, tmp
 def test_a_prefiltered_batch_equals_its_samples_one_by_one() -> None:
     # each sample's draw gives its own shrink, so its own prefilter; the batch groups them
     x = torch.rand(4, 3, 64, 80)
-    augment = Compose(Resize(30), RandomAffine(20, scale=(0.5, 1.5)))
-    batch = augment(x, [seeded(s) for s in range(4)])
-    assert torch.allclose(batch, torch.stack([augment(x[n], seeded(n)) for n in range(4)]), atol=1e-6)
+    for augment in (Compose(Resize(30), RandomAffine(20, scale=(0.5, 1.5))),
+                    # filtered at the input's pixels: alone, only the rows and columns read are
+                    Compose(Resize((50, 60)), RandomAffine(30, translate=(0.3, 0.3), scale=(0.7, 1.3)), CenterCrop(40))):
+        batch = augment(x, [seeded(s) for s in range(4)])  # (grids about other origins: float rounding)
+        assert torch.allclose(batch, torch.stack([augment(x[n], seeded(n)) for n in range(4)]), atol=2e-5)
     fixed = Compose(Resize(30), Rotate(10))
     assert torch.allclose(fixed(x), torch.stack([fixed(s) for s in x]), atol=1e-6)

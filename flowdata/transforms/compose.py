@@ -14,7 +14,8 @@ compose into one map ``M = M_k ... M_1`` (Python floats), and the run is carried
   centre ``p``, after, where ``M`` shrinks along an axis (by however little) and
   ``antialias`` is on, an antialiasing prefilter (:class:`~flowdata.transforms.sampling.Prefilter`:
   torchvision's triangle for that shrink, sampled at half the output's spacing or at the
-  input's, folded into ``M``).
+  input's, folded into ``M``; at the input's, a sample alone under ``"zeros"`` filters only
+  the rows and columns its grid reads).
 
 Other members (``Normalize``, a nested ``Compose``, any ``nn.Module``) run as themselves
 between runs. A ``Pad`` whose padding ``grid_sample`` cannot reproduce at the run's
@@ -30,6 +31,7 @@ run's plan (its grid, or its slicing) is kept per input size, dtype and device.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -40,7 +42,7 @@ from flowdata.transforms.features import FeatureTransform
 from flowdata.transforms.sampling import (
     IDENTITY, AffineMap, ExactPlan, Prefilter, Size, apply_prefilter, axis_aligned, axis_weights, check_image,
     check_interpolable, compose, exact_plan, grid_theta, invert, make_grid, outside_margins, prefilter_plan,
-    sample_grid, separable, take_exact, zero_margins,
+    sample_grid, separable, take_exact, translate, zero_margins,
 )
 from flowdata.transforms.spatial import Pad, SpatialTransform, check_mode
 
@@ -68,14 +70,16 @@ class _Plan:
     """How one sample goes through a run: slicing; or, antialiased with no rotation or shear,
     two filter matrices (one per axis); else a prefilter (or none), then one grid."""
 
-    __slots__ = ("exact", "grid", "margins", "out", "prefilter", "separable", "size", "theta", "weights")
+    __slots__ = ("crop", "exact", "grid", "margins", "out", "prefilter", "separable", "size", "theta", "weights")
 
-    def __init__(self, inverse: AffineMap, size: Size, out: Size, antialias: bool, padding_mode: str):
+    def __init__(self, inverse: AffineMap, size: Size, out: Size, antialias: bool, padding_mode: str,
+                 crop: bool = True):
         self.out, self.size = out, size
         self.weights: tuple[torch.Tensor, torch.Tensor] | None = None
         self.separable: AffineMap | None = None
         self.grid: torch.Tensor | None = None
         self.prefilter: Prefilter | None = None
+        self.crop: tuple[int, int, int, int] | None = None  # rows and columns read: (top, bottom, left, right)
         self.exact: ExactPlan | None = exact_plan(inverse, out)
         self.theta: tuple[float, ...] | None = None
         self.margins: tuple[int, int, int, int] | None = None
@@ -88,12 +92,35 @@ class _Plan:
             self.prefilter, inverse = prefilter_plan(inverse, size)
         if self.prefilter is not None:
             size = self.prefilter.size
+            if crop and padding_mode == "zeros" and size == self.size:
+                # filtered at the input's own pixels: filter only the rows and columns the grid reads
+                self.crop = _reads(inverse, size, out)
+                top, bottom, left, right = self.crop
+                inverse = compose(translate(-left, -top), inverse)
+                size = (bottom - top, right - left)
+                self.prefilter = Prefilter(size, self.prefilter.blur)
             self.exact = exact_plan(inverse, out)
         if self.exact is None:
             self.theta = grid_theta(inverse, size, out)
             # zeros with no rotation or shear: sampled as "border", the rows and columns outside set to 0
             if padding_mode == "zeros":
                 self.margins = outside_margins(inverse, size, out)
+
+
+def _reads(inverse: AffineMap, size: Size, out: Size) -> tuple[int, int, int, int]:
+    """``(top, bottom, left, right)``: the rows and columns of an input of ``size`` that a grid
+    of ``out`` pixel centres reads through ``inverse`` (bilinear: the two pixels about each
+    point), with 2 more on each side (the 3-tap filter's edge pixels are then never read)."""
+    a, b, c, d, e, f = inverse
+    xs, ys = [], []
+    for px in (0.5, out[1] - 0.5):
+        for py in (0.5, out[0] - 0.5):
+            xs.append(a * px + b * py + c)
+            ys.append(d * px + e * py + f)
+    top, bottom = math.floor(min(ys) - 0.5) - 2, math.floor(max(ys) - 0.5) + 4
+    left, right = math.floor(min(xs) - 0.5) - 2, math.floor(max(xs) - 0.5) + 4
+    top, left = min(max(top, 0), size[0] - 1), min(max(left, 0), size[1] - 1)
+    return top, max(min(bottom, size[0]), top + 1), left, max(min(right, size[1]), left + 1)
 
 
 class Compose(FeatureTransform):
@@ -200,9 +227,11 @@ class Compose(FeatureTransform):
             m = compose(step, m)
         return m, size
 
-    def _plan(self, run: tuple[nn.Module, ...], size: Size, generator: torch.Generator | None) -> _Plan:
+    def _plan(self, run: tuple[nn.Module, ...], size: Size, generator: torch.Generator | None,
+              crop: bool = True) -> _Plan:
         m, out = self._chain(run, size, generator)
-        return _Plan(invert(m, "Compose"), size, out, self.antialias and self.mode == "bilinear", self.padding_mode)
+        return _Plan(invert(m, "Compose"), size, out, self.antialias and self.mode == "bilinear", self.padding_mode,
+                     crop)
 
     def _fused(self, x: torch.Tensor, run: tuple[nn.Module, ...], generator: _Generators) -> torch.Tensor:
         size = (x.shape[-2], x.shape[-1])
@@ -218,7 +247,7 @@ class Compose(FeatureTransform):
             assert not isinstance(generator, list)
             return self._one(x, self._plan(run, size, generator), cache=False)
         own = generator if isinstance(generator, list) else [generator] * x.shape[0]
-        return self._batch(x, [self._plan(run, size, g) for g in own])
+        return self._batch(x, [self._plan(run, size, g, crop=False) for g in own])  # one prefilter per group
 
     def _one(self, x: torch.Tensor, plan: _Plan, cache: bool) -> torch.Tensor:
         """One plan for the whole of ``x`` (a sample, or a batch under a fixed run)."""
@@ -226,6 +255,9 @@ class Compose(FeatureTransform):
             return self._separable(x, plan, cache)
         if plan.prefilter is not None:
             check_interpolable(x, self.mode, "Compose")
+            if plan.crop is not None:
+                top, bottom, left, right = plan.crop
+                x = x[..., top:bottom, left:right]
             x4 = apply_prefilter(x if x.dim() == 4 else x[None], plan.prefilter)
             x = x4 if x.dim() == 4 else x4[0]
         if plan.exact is not None:
