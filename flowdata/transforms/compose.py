@@ -14,8 +14,8 @@ compose into one map ``M = M_k ... M_1`` (Python floats), and the run is carried
   centre ``p``, after, where ``M`` shrinks along an axis (by however little) and
   ``antialias`` is on, an antialiasing prefilter (:class:`~flowdata.transforms.sampling.Prefilter`:
   torchvision's triangle for that shrink, sampled at half the output's spacing or at the
-  input's, folded into ``M``; at the input's, a sample alone under ``"zeros"`` filters only
-  the rows and columns its grid reads).
+  input's, folded into ``M``; at the input's, a run with no random member under ``"zeros"``
+  filters only the rows and columns its grid reads).
 
 Other members (``Normalize``, a nested ``Compose``, any ``nn.Module``) run as themselves
 between runs. A ``Pad`` whose padding ``grid_sample`` cannot reproduce at the run's
@@ -245,7 +245,8 @@ class Compose(FeatureTransform):
             return self._one(x, plan, cache=True)
         if x.dim() == 3:
             assert not isinstance(generator, list)
-            return self._one(x, self._plan(run, size, generator), cache=False)
+            # not cropped: a sample drawn alone equals its row of a batch to the last bits
+            return self._one(x, self._plan(run, size, generator, crop=False), cache=False)
         own = generator if isinstance(generator, list) else [generator] * x.shape[0]
         return self._batch(x, [self._plan(run, size, g, crop=False) for g in own])  # one prefilter per group
 
