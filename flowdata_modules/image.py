@@ -82,8 +82,10 @@ def resized(
 ) -> torch.Tensor:
     """The image decoded as RGB in [0, 1], its short side resized to ``image_size`` and its
     centre square kept, in one resampling (``Compose(Resize(image_size, short_side=True),
-    CenterCrop(image_size))``: bilinear and antialiased, torchvision's resize filter computed
-    only for the pixels kept; an image already ``image_size`` on its short side is sliced).
+    CenterCrop(image_size))``: torchvision's ``resize(image, [image_size])`` then
+    ``center_crop(image_size)``, its sizes and offsets included, to float rounding -- its
+    antialiased filter computed only for the pixels kept; an image already ``image_size``
+    on its short side is sliced).
     An image whose header declares more than ``max_pixels`` is refused before decoding;
     with ``jpeg_draft``, a JPEG is decoded at the smallest of its built-in reduced scales
     that still covers ``image_size`` (a 4000x3000 photo for 32x32 decodes at 1/8)."""

@@ -376,3 +376,168 @@ def test_errors_name_the_transform_and_the_fix() -> None:
         Affine(scale=0)
     # crops and flips of an integer image need no interpolation: they work in any mode
     assert Compose(CenterCrop(4), HorizontalFlip())(torch.zeros(1, 8, 8, dtype=torch.uint8)).dtype == torch.uint8
+
+
+# --- antialiasing rotating runs, against a supersampled reference (issue 26) -------------------
+
+
+def supersampled(x: torch.Tensor, run: tuple[torch.nn.Module, ...], n: int = 8,
+                 generator: torch.Generator | None = None) -> torch.Tensor:
+    """The reference: each output pixel the mean of n x n points spread evenly over its
+    square, each mapped back through the run's composed matrix (the members' as_matrix)
+    onto the input, read there bilinearly with zeros outside (the points in float64)."""
+    size = (x.shape[-2], x.shape[-1])
+    matrix = torch.eye(3, dtype=torch.float64)
+    for t in run:
+        m, size = t.as_matrix(size, generator)  # type: ignore[operator]
+        matrix = m @ matrix
+    inverse = torch.linalg.inv(matrix)
+    (oh, ow), (h, w) = size, x.shape[-2:]
+    i, j = torch.meshgrid(torch.arange(oh, dtype=torch.float64), torch.arange(ow, dtype=torch.float64), indexing="ij")
+    total = torch.zeros(x.shape[0], oh, ow, dtype=torch.float64)
+    x4 = x.float()[None]
+    for sy in (torch.arange(n, dtype=torch.float64) + 0.5) / n:
+        for sx in (torch.arange(n, dtype=torch.float64) + 0.5) / n:
+            p = torch.stack([j + sx, i + sy, torch.ones_like(i)], -1) @ inverse.T
+            grid = torch.stack([2 * p[..., 0] / w - 1, 2 * p[..., 1] / h - 1], -1)[None]
+            total += F.grid_sample(x4, grid.float(), mode="bilinear", padding_mode="zeros", align_corners=False)[0]
+    return total / (n * n)
+
+
+def checkerboard(side: int = 256) -> torch.Tensor:
+    return ((torch.arange(side)[:, None] + torch.arange(side)[None]) % 2).float()[None]
+
+
+def china() -> torch.Tensor:
+    datasets = pytest.importorskip("sklearn.datasets")
+    return torch.from_numpy(datasets.load_sample_image("china.jpg").copy()).permute(2, 0, 1).float() / 255
+
+
+def mean_error(y: torch.Tensor, reference: torch.Tensor) -> float:
+    assert y.shape == reference.shape
+    return float((y.double() - reference).abs().mean())
+
+
+def test_a_rotating_run_shrinking_by_under_two_is_antialiased_on_a_checkerboard() -> None:
+    # Compose(Resize(170), Rotate(15)) shrinks by 1.5: it used to sample the 1-px checkerboard
+    # without any filter (std 0.167 inside, where torchvision's resize-then-rotate has 0.005)
+    board = checkerboard()
+    run = (Resize(170), Rotate(15))
+    fused = Compose(*run)(board)
+    inside = (..., slice(40, 130), slice(40, 130))  # away from the rotation's zero corners
+    assert float(fused[inside].std()) < 0.02
+    theirs = TF.rotate(TF.resize(board, [170, 170], antialias=True), 15.0, interpolation=InterpolationMode.BILINEAR)
+    reference = supersampled(board, run)
+    assert mean_error(fused, reference) <= mean_error(theirs, reference)
+    assert mean_error(fused, reference) <= mean_error(Compose(*run, fuse=False)(board), reference)
+    # shrinking by 1.11 (230 of 256) is filtered too
+    run = (Resize(230), Rotate(15))
+    theirs = TF.rotate(TF.resize(board, [230, 230], antialias=True), 15.0, interpolation=InterpolationMode.BILINEAR)
+    reference = supersampled(board, run)
+    assert mean_error(Compose(*run)(board), reference) <= mean_error(theirs, reference)
+
+
+@pytest.mark.parametrize("rotation", ["Rotate", "RandomAffine"])
+def test_the_fused_photo_chain_is_at_least_as_close_to_the_reference_as_torchvision(rotation: str) -> None:
+    # Resize(256) -> a 15-degree turn -> CenterCrop(224) on a real photograph (427 x 640)
+    photo = china()
+    if rotation == "Rotate":
+        turn: torch.nn.Module = Rotate(15)
+        angle = 15.0  # counter-clockwise: torchvision's rotate
+        g = None
+
+        def draw() -> torch.Generator | None:
+            return None
+    else:
+        turn = RandomAffine(15)
+
+        def draw() -> torch.Generator | None:
+            return seeded(4)
+
+        angle = -15.0 + 30.0 * float(torch.rand(6, generator=seeded(4))[0])  # RandomAffine's draw
+    run = (Resize(256, short_side=True), turn, CenterCrop(224))
+    fused = Compose(*run)(photo, draw())
+    tv_turn = TF.rotate if rotation == "Rotate" else (
+        lambda y, a, interpolation: TF.affine(y, -a, [0, 0], 1.0, [0.0, 0.0], interpolation=interpolation))
+    resized = TF.resize(photo, [256], antialias=True)
+    theirs = TF.center_crop(tv_turn(resized, angle if rotation == "Rotate" else -angle,
+                                    interpolation=InterpolationMode.BILINEAR), [224, 224])
+    reference = supersampled(photo, run, n=6, generator=draw())
+    ours, tv = mean_error(fused, reference), mean_error(theirs, reference)
+    assert ours <= tv, (ours, tv)
+    assert ours <= mean_error(Compose(*run, fuse=False)(photo, draw()), reference)
+    assert ours < 0.75 * tv  # not a tie: one interpolation, and half the blur of the second
+
+
+# --- Resize's size rule and the centre crop are torchvision's ------------------------------------
+
+
+def test_resize_follows_torchvision_size_rule() -> None:
+    from torchvision.transforms.v2.functional._geometry import _compute_resized_output_size
+
+    sizes = [(427, 640), (640, 427), (480, 640), (333, 500), (1000, 999), (7, 3000), (256, 256), (37, 41), (41, 37)]
+    sizes += [(h, w) for h in (1, 31, 97, 224, 511) for w in (2, 63, 224, 385, 999)]
+    checked = 0
+    for h, w in sizes:
+        for n in (1, 8, 32, 224, 256, 383):
+            for max_size in (None, n + 1, 300, 384, 1000):
+                if max_size is not None and max_size <= n:
+                    continue
+                _, out = Resize(n, short_side=True, max_size=max_size).as_matrix((h, w))
+                assert list(out) == _compute_resized_output_size((h, w), n, max_size), (h, w, n, max_size)
+                checked += 1
+        for max_size in (1, 50, 640):
+            _, out = Resize(None, max_size=max_size).as_matrix((h, w))
+            assert list(out) == _compute_resized_output_size((h, w), None, max_size)
+    assert checked > 900
+    # the issue's case, and the transform alone gives torchvision's pixels
+    photo = torch.rand(3, 427, 640)
+    assert Resize(256, short_side=True).as_matrix((427, 640))[1] == (256, 383)
+    assert torch.equal(Resize(256, short_side=True)(photo), TF.resize(photo, [256], antialias=True))
+    assert torch.equal(Resize(200, short_side=True, max_size=250)(photo),
+                       TF.resize(photo, [200], max_size=250, antialias=True))
+    with pytest.raises(ValueError, match=r"max_size must be strictly greater than the short side's length 256"):
+        Resize(256, short_side=True, max_size=256)
+    with pytest.raises(ValueError, match=r"max_size bounds the long side of a short-side resize"):
+        Resize((256, 300), max_size=400)
+    with pytest.raises(ValueError, match=r"size=None resizes the long side to max_size"):
+        Resize(None)
+
+
+@pytest.mark.parametrize(("h", "w"), [(427, 640), (640, 427), (48, 48), (50, 77), (333, 500), (97, 98)])
+def test_short_side_resize_and_centre_crop_equal_torchvision(h: int, w: int, tmp_path: object) -> None:
+    from pathlib import Path
+
+    from PIL import Image
+
+    import flowdata_modules.image as image
+
+    x = torch.rand(3, h, w)
+    for n in (32, 45):
+        ours = Compose(Resize(n, short_side=True), CenterCrop(n))(x)
+        theirs = TF.center_crop(TF.resize(x, [n], antialias=True), [n, n])
+        assert (ours - theirs).abs().max() < 1e-5, (h, w, n)
+        assert torch.equal(CenterCrop(n)(x), TF.center_crop(x, [n, n]))
+    # the image module's resized: the decoded file, then torchvision's resize and centre crop
+    pixels = (torch.rand(h, w, 3) * 255).to(torch.uint8).numpy()
+    path = Path(str(tmp_path)) / "photo.png"
+    Image.fromarray(pixels).save(path)
+    decoded = torch.from_numpy(pixels).permute(2, 0, 1).float() / 255
+    resized = image.resized({"path": str(path)}, image_size=32)
+    assert (resized - TF.center_crop(TF.resize(decoded, [32], antialias=True), [32, 32])).abs().max() < 1e-5
+
+
+def test_a_prefiltered_batch_equals_its_samples_one_by_one() -> None:
+    # each sample's draw gives its own shrink, so its own prefilter; the batch groups them
+    x = torch.rand(4, 3, 64, 80)
+    for augment in (Compose(Resize(30), RandomAffine(20, scale=(0.5, 1.5))),
+                    # filtered at the input's pixels
+                    Compose(Resize((50, 60)), RandomAffine(30, translate=(0.3, 0.3), scale=(0.7, 1.3)), CenterCrop(40))):
+        batch = augment(x, [seeded(s) for s in range(4)])
+        assert torch.allclose(batch, torch.stack([augment(x[n], seeded(n)) for n in range(4)]), atol=1e-6)
+    for fixed in (Compose(Resize(30), Rotate(10)), Compose(Resize((50, 60)), Rotate(10), CenterCrop(40))):
+        assert torch.allclose(fixed(x), torch.stack([fixed(s) for s in x]), atol=1e-6)  # one plan (cropped) for all
+    # a fixed run filters only the rows and columns its grid reads: the same values as all of them
+    run = (Resize((50, 60)), Rotate(10), CenterCrop(40))
+    whole = Compose(*run, RandomHorizontalFlip(0.0))(x[0], seeded(0))  # random, so not cropped; p=0: no flip
+    assert torch.allclose(Compose(*run)(x[0]), whole, atol=2e-5)

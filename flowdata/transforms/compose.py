@@ -11,8 +11,11 @@ compose into one map ``M = M_k ... M_1`` (Python floats), and the run is carried
   triangle filter of torchvision's resize at that output pixel -- so a fused resize and
   crop equals torchvision's resize then crop, to float rounding;
 - else by **one** ``grid_sample`` of the run's input at ``M^-1 p`` for every output pixel
-  centre ``p``, after an exact area reduction (``avg_pool2d`` by the rounded footprint,
-  folded into ``M``) where ``M`` shrinks by 2 or more along an axis and ``antialias`` is on.
+  centre ``p``, after, where ``M`` shrinks along an axis (by however little) and
+  ``antialias`` is on, an antialiasing prefilter (:class:`~flowdata.transforms.sampling.Prefilter`:
+  torchvision's triangle for that shrink, sampled at half the output's spacing or at the
+  input's, folded into ``M``; at the input's, a run with no random member under ``"zeros"``
+  filters only the rows and columns its grid reads).
 
 Other members (``Normalize``, a nested ``Compose``, any ``nn.Module``) run as themselves
 between runs. A ``Pad`` whose padding ``grid_sample`` cannot reproduce at the run's
@@ -28,6 +31,7 @@ run's plan (its grid, or its slicing) is kept per input size, dtype and device.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -36,9 +40,9 @@ from torch import nn
 
 from flowdata.transforms.features import FeatureTransform
 from flowdata.transforms.sampling import (
-    IDENTITY, AffineMap, ExactPlan, Size, axis_aligned, axis_weights, check_image, check_interpolable, compose,
-    exact_plan, grid_theta, invert, make_grid, outside_margins, pool_factors, sample_grid, scale, separable,
-    take_exact, zero_margins,
+    IDENTITY, AffineMap, ExactPlan, Prefilter, Size, apply_prefilter, axis_aligned, axis_weights, check_image,
+    check_interpolable, compose, exact_plan, grid_theta, invert, make_grid, outside_margins, prefilter_plan,
+    sample_grid, separable, take_exact, translate, zero_margins,
 )
 from flowdata.transforms.spatial import Pad, SpatialTransform, check_mode
 
@@ -64,16 +68,18 @@ class _Memo:
 
 class _Plan:
     """How one sample goes through a run: slicing; or, antialiased with no rotation or shear,
-    two filter matrices (one per axis); else an area reduction (or none), then one grid."""
+    two filter matrices (one per axis); else a prefilter (or none), then one grid."""
 
-    __slots__ = ("exact", "factors", "grid", "margins", "out", "separable", "size", "theta", "weights")
+    __slots__ = ("crop", "exact", "grid", "margins", "out", "prefilter", "separable", "size", "theta", "weights")
 
-    def __init__(self, inverse: AffineMap, size: Size, out: Size, antialias: bool, padding_mode: str):
+    def __init__(self, inverse: AffineMap, size: Size, out: Size, antialias: bool, padding_mode: str,
+                 crop: bool = True):
         self.out, self.size = out, size
         self.weights: tuple[torch.Tensor, torch.Tensor] | None = None
         self.separable: AffineMap | None = None
         self.grid: torch.Tensor | None = None
-        self.factors: tuple[int, int] = (1, 1)
+        self.prefilter: Prefilter | None = None
+        self.crop: tuple[int, int, int, int] | None = None  # rows and columns read: (top, bottom, left, right)
         self.exact: ExactPlan | None = exact_plan(inverse, out)
         self.theta: tuple[float, ...] | None = None
         self.margins: tuple[int, int, int, int] | None = None
@@ -82,16 +88,39 @@ class _Plan:
         if antialias and axis_aligned(inverse) and padding_mode in ("zeros", "border"):
             self.separable = inverse  # resizes, crops, flips, pads: each axis's antialiased filter
             return
-        self.factors = pool_factors(inverse) if antialias else (1, 1)
-        if self.factors != (1, 1):
-            inverse = compose(scale(1.0 / self.factors[1], 1.0 / self.factors[0]), inverse)  # as pool() maps
-            size = (-(-size[0] // self.factors[0]), -(-size[1] // self.factors[1]))
+        if antialias:
+            self.prefilter, inverse = prefilter_plan(inverse, size)
+        if self.prefilter is not None:
+            size = self.prefilter.size
+            if crop and padding_mode == "zeros" and size == self.size:
+                # filtered at the input's own pixels: filter only the rows and columns the grid reads
+                self.crop = _reads(inverse, size, out)
+                top, bottom, left, right = self.crop
+                inverse = compose(translate(-left, -top), inverse)
+                size = (bottom - top, right - left)
+                self.prefilter = Prefilter(size, self.prefilter.blur)
             self.exact = exact_plan(inverse, out)
         if self.exact is None:
             self.theta = grid_theta(inverse, size, out)
             # zeros with no rotation or shear: sampled as "border", the rows and columns outside set to 0
             if padding_mode == "zeros":
                 self.margins = outside_margins(inverse, size, out)
+
+
+def _reads(inverse: AffineMap, size: Size, out: Size) -> tuple[int, int, int, int]:
+    """``(top, bottom, left, right)``: the rows and columns of an input of ``size`` that a grid
+    of ``out`` pixel centres reads through ``inverse`` (bilinear: the two pixels about each
+    point), with 2 more on each side (the 3-tap filter's edge pixels are then never read)."""
+    a, b, c, d, e, f = inverse
+    xs, ys = [], []
+    for px in (0.5, out[1] - 0.5):
+        for py in (0.5, out[0] - 0.5):
+            xs.append(a * px + b * py + c)
+            ys.append(d * px + e * py + f)
+    top, bottom = math.floor(min(ys) - 0.5) - 2, math.floor(max(ys) - 0.5) + 4
+    left, right = math.floor(min(xs) - 0.5) - 2, math.floor(max(xs) - 0.5) + 4
+    top, left = min(max(top, 0), size[0] - 1), min(max(left, 0), size[1] - 1)
+    return top, max(min(bottom, size[0]), top + 1), left, max(min(right, size[1]), left + 1)
 
 
 class Compose(FeatureTransform):
@@ -108,8 +137,8 @@ class Compose(FeatureTransform):
         fuse: ``False`` runs every transform on its own (each interpolating one
             interpolates), with the same draws: the baseline, and a debugging aid.
         antialias: Filter where a fused run shrinks: a run with no rotation or shear by
-            each axis's antialiased filter (torchvision's resize), any other by an exact
-            area reduction first where it shrinks by 2 or more (``"bilinear"`` only).
+            each axis's antialiased filter (torchvision's resize), any other by a
+            prefilter first wherever it shrinks, by however little (``"bilinear"`` only).
 
     Call it as ``compose(x, generator)`` on ``[C, H, W]`` or ``[N, C, H, W]``; on a batch,
     ``generator`` may also be a sequence of ``N`` generators, one per sample (a batch
@@ -198,9 +227,11 @@ class Compose(FeatureTransform):
             m = compose(step, m)
         return m, size
 
-    def _plan(self, run: tuple[nn.Module, ...], size: Size, generator: torch.Generator | None) -> _Plan:
+    def _plan(self, run: tuple[nn.Module, ...], size: Size, generator: torch.Generator | None,
+              crop: bool = True) -> _Plan:
         m, out = self._chain(run, size, generator)
-        return _Plan(invert(m, "Compose"), size, out, self.antialias and self.mode == "bilinear", self.padding_mode)
+        return _Plan(invert(m, "Compose"), size, out, self.antialias and self.mode == "bilinear", self.padding_mode,
+                     crop)
 
     def _fused(self, x: torch.Tensor, run: tuple[nn.Module, ...], generator: _Generators) -> torch.Tensor:
         size = (x.shape[-2], x.shape[-1])
@@ -214,18 +245,21 @@ class Compose(FeatureTransform):
             return self._one(x, plan, cache=True)
         if x.dim() == 3:
             assert not isinstance(generator, list)
-            return self._one(x, self._plan(run, size, generator), cache=False)
+            # not cropped: a sample drawn alone equals its row of a batch to the last bits
+            return self._one(x, self._plan(run, size, generator, crop=False), cache=False)
         own = generator if isinstance(generator, list) else [generator] * x.shape[0]
-        return self._batch(x, [self._plan(run, size, g) for g in own])
+        return self._batch(x, [self._plan(run, size, g, crop=False) for g in own])  # one prefilter per group
 
     def _one(self, x: torch.Tensor, plan: _Plan, cache: bool) -> torch.Tensor:
         """One plan for the whole of ``x`` (a sample, or a batch under a fixed run)."""
         if plan.separable is not None:
             return self._separable(x, plan, cache)
-        if plan.factors != (1, 1):
+        if plan.prefilter is not None:
             check_interpolable(x, self.mode, "Compose")
-            x4 = x if x.dim() == 4 else x[None]
-            x4 = torch.nn.functional.avg_pool2d(x4, plan.factors, stride=plan.factors, ceil_mode=True)
+            if plan.crop is not None:
+                top, bottom, left, right = plan.crop
+                x = x[..., top:bottom, left:right]
+            x4 = apply_prefilter(x if x.dim() == 4 else x[None], plan.prefilter)
             x = x4 if x.dim() == 4 else x4[0]
         if plan.exact is not None:
             return take_exact(x, plan.exact, self.padding_mode)
@@ -258,22 +292,22 @@ class Compose(FeatureTransform):
 
     def _batch(self, x: torch.Tensor, plans: list[_Plan]) -> torch.Tensor:
         """A plan per sample: exact ones slice each sample, the rest share batched grid_samples
-        (one per area-reduction factor; usually one); filter-matrix plans run sample by sample."""
+        (one per prefilter; usually one); filter-matrix plans run sample by sample."""
         if any(p.separable is not None for p in plans):
             return torch.stack([self._one(x[n], p, cache=False) for n, p in enumerate(plans)])
-        if all(p.exact is not None for p in plans) and all(p.factors == (1, 1) for p in plans):
+        if all(p.exact is not None for p in plans) and all(p.prefilter is None for p in plans):
             return torch.stack([take_exact(x[n], p.exact, self.padding_mode)  # type: ignore[arg-type]
                                 for n, p in enumerate(plans)])
         check_interpolable(x, self.mode, "Compose")
-        groups: dict[tuple[tuple[int, int], bool], list[int]] = {}
+        groups: dict[tuple[Prefilter | None, bool], list[int]] = {}
         for n, p in enumerate(plans):
-            groups.setdefault((p.factors, p.margins is not None), []).append(n)
+            groups.setdefault((p.prefilter, p.margins is not None), []).append(n)
         out: torch.Tensor | None = None
         dtype = x.dtype if x.is_floating_point() else torch.float64
-        for (factors, aligned), idx in groups.items():
+        for (prefilter, aligned), idx in groups.items():
             xs = x if len(idx) == x.shape[0] else x[idx]
-            if factors != (1, 1):
-                xs = torch.nn.functional.avg_pool2d(xs, factors, stride=factors, ceil_mode=True)
+            if prefilter is not None:
+                xs = apply_prefilter(xs, prefilter)
             thetas = [_theta(plans[n], xs) for n in idx]
             padding = "border" if aligned else self.padding_mode
             y = sample_grid(xs, make_grid(thetas, plans[0].out, dtype, x.device), self.mode, padding)

@@ -17,8 +17,8 @@ carried out by slicing and flipping, with no interpolation. A map with no rotati
 is carried out, antialiased, by one filter matrix per axis (:func:`axis_weights`,
 :func:`separable`: torchvision's antialiased resize, at any offset, flipped or padded).
 Every other map is carried out by one ``grid_sample`` (:func:`grid_theta`,
-:func:`sample_grid`), after an optional exact area reduction (:func:`pool_factors`) when
-it shrinks the image by 2 or more.
+:func:`sample_grid`), after an optional antialiasing :class:`Prefilter` wherever it shrinks
+the image, by however little.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ import torch.nn.functional as F
 
 __all__ = [
     "IDENTITY", "AffineMap", "ExactPlan", "Size", "compose", "exact_plan", "grid_theta", "invert",
-    "outside_margins", "pool", "pool_factors", "resample", "sample_grid", "scale", "take_exact", "to_matrix", "translate", "zero_margins",
+    "Prefilter", "apply_prefilter", "footprints", "outside_margins", "prefilter_plan", "resample", "sample_grid", "scale", "take_exact", "to_matrix", "translate", "zero_margins",
 ]
 
 AffineMap = tuple[float, float, float, float, float, float]
@@ -173,20 +173,74 @@ def take_exact(x: torch.Tensor, plan: ExactPlan, padding_mode: str) -> torch.Ten
 # --- the grid path --------------------------------------------------------------------------
 
 
-def pool_factors(inverse: AffineMap) -> tuple[int, int]:
-    """``(ky, kx)``: the input pixels, along y and x, that one output pixel spans (its
-    footprint ``|a| + |b|`` along x, ``|d| + |e|`` along y), rounded to the nearest whole
-    number; 1 under a footprint of 2. Rounded, not truncated: the interpolation after the
-    reduction then shrinks by at most 1.25 (8.6 is 9-pixel blocks, then a slight
-    enlargement), so what it leaves of aliasing is small and the filter's width follows the
-    scale whatever the input size (a 188- and a 1500-pixel decode of one photo shrunk to 32
-    come out alike)."""
+@dataclass(frozen=True)
+class Prefilter:
+    """How a map that rotates or shears is antialiased before its ``grid_sample``.
+
+    ``size`` is the filtered image's ``(height, width)``: an axis along which an output pixel
+    spans ``d >= 2`` input pixels is first reduced to about ``d / 2`` input pixels a pixel
+    (torch's antialiased bilinear ``interpolate``, a triangle as wide as that spacing); then
+    each axis with ``blur`` above 0 is filtered by the 3-tap ``[blur, 1, blur]`` (normalised,
+    the edge repeating). Together, along an axis, a triangle ``d`` input pixels wide on each
+    side -- torchvision's antialiasing filter for shrinking by ``d`` -- sampled at a spacing
+    of ``d / 2`` or 1, so the one bilinear interpolation after it (a triangle of one spacing)
+    blurs half as much as the interpolation of a resized image (a triangle of ``d``).
+    """
+
+    size: Size
+    blur: tuple[float, float]  # (y, x): the 3-tap filter's outer weight, 0 for none
+
+
+def footprints(inverse: AffineMap) -> tuple[float, float]:
+    """``(dy, dx)``: how far along the input's y and x one output pixel reaches at most, in
+    input pixels (the norms of the inverse's rows: a step of one output pixel in any
+    direction moves x by at most ``hypot(a, b)``). Exact for a resize followed by a
+    rotation; a bound for any other map, so it filters at least as much as it shrinks."""
     a, b, _, d, e, _ = inverse
-    return _pool_factor(abs(d) + abs(e)), _pool_factor(abs(a) + abs(b))
+    return math.hypot(d, e), math.hypot(a, b)
 
 
-def _pool_factor(footprint: float) -> int:
-    return int(footprint + 0.5) if footprint >= 2.0 - _EPS else 1
+def prefilter_plan(inverse: AffineMap, size: Size) -> tuple[Prefilter | None, AffineMap]:
+    """The prefilter that antialiases ``inverse`` for an input of ``size`` (None where it
+    shrinks along no axis), and the inverse map into the filtered image's coordinates."""
+    reach = footprints(inverse)
+    if max(reach) <= 1.0 + _EPS:
+        return None, inverse
+    out_size: list[int] = []
+    steps: list[float] = []
+    blur: list[float] = []
+    for d, n in zip(reach, size):
+        n_out = max(1, round(n / (d / 2.0))) if d >= 2.0 - _EPS else n
+        step = n / n_out
+        out_size.append(n_out)
+        steps.append(step)
+        radius = d / step  # the triangle's half-width in filtered pixels (2, or d under 2)
+        blur.append(max(0.0, 1.0 - 1.0 / radius) if radius > 1.0 + _EPS else 0.0)
+    prefilter = Prefilter((out_size[0], out_size[1]), (blur[0], blur[1]))
+    return prefilter, compose(scale(1.0 / steps[1], 1.0 / steps[0]), inverse)
+
+
+def _blur3(x: torch.Tensor, dim: int, w: float) -> torch.Tensor:
+    """``[w, 1, w]`` along ``dim``, normalised over the pixels inside (the edge repeats)."""
+    n = x.shape[dim]
+    if n == 1 or w <= 0.0:
+        return x
+    norm = 1.0 / (1.0 + 2.0 * w)  # the interior's; the two edge pixels are rescaled after
+    y = x * norm
+    y.narrow(dim, 1, n - 1).add_(x.narrow(dim, 0, n - 1), alpha=w * norm)
+    y.narrow(dim, 0, n - 1).add_(x.narrow(dim, 1, n - 1), alpha=w * norm)
+    edge = (1.0 + 2.0 * w) / (1.0 + w)
+    y.narrow(dim, 0, 1).mul_(edge)
+    y.narrow(dim, n - 1, 1).mul_(edge)
+    return y
+
+
+def apply_prefilter(x: torch.Tensor, prefilter: Prefilter) -> torch.Tensor:
+    """Carries out a :class:`Prefilter` on a float ``[N, C, H, W]``."""
+    if (x.shape[-2], x.shape[-1]) != prefilter.size:
+        x = F.interpolate(x, size=prefilter.size, mode="bilinear", antialias=True, align_corners=False)
+    x = _blur3(x, -2, prefilter.blur[0])
+    return _blur3(x, -1, prefilter.blur[1])
 
 
 def axis_aligned(inverse: AffineMap) -> bool:
@@ -227,15 +281,6 @@ def separable(x: torch.Tensor, wy: torch.Tensor, wx: torch.Tensor) -> torch.Tens
     if oh * h * w + oh * w * ow <= h * w * ow + oh * h * ow:
         return torch.matmul(torch.matmul(wy, x), wx.T)
     return torch.matmul(wy, torch.matmul(x, wx.T))
-
-
-def pool(x: torch.Tensor, factors: tuple[int, int], inverse: AffineMap) -> tuple[torch.Tensor, AffineMap]:
-    """An exact area reduction of ``[N, C, H, W]`` by ``factors`` (the mean of each block; a
-    partial block at the bottom or right is the mean of its pixels), and the inverse map
-    into the reduced image's coordinates."""
-    ky, kx = factors
-    reduced = F.avg_pool2d(x, (ky, kx), stride=(ky, kx), ceil_mode=True)
-    return reduced, compose(scale(1.0 / kx, 1.0 / ky), inverse)
 
 
 def grid_theta(inverse: AffineMap, size: Size, out: Size) -> tuple[float, float, float, float, float, float]:
@@ -329,8 +374,8 @@ def check_interpolable(x: torch.Tensor, mode: str, who: str) -> None:
 def resample(x: torch.Tensor, forward: AffineMap, out: Size, mode: str = "bilinear", padding_mode: str = "zeros",
              antialias: bool = False, who: str = "resample") -> torch.Tensor:
     """``[C, H, W]`` or ``[N, C, H, W]`` (one map for all) carried through ``forward``: exactly
-    when it maps pixel centres to pixel centres, else by one ``grid_sample`` (after an exact
-    area reduction when ``antialias`` and it shrinks by 2 or more)."""
+    when it maps pixel centres to pixel centres, else by one ``grid_sample`` (after the
+    :class:`Prefilter` when ``antialias`` and it shrinks)."""
     check_image(x, who)
     inverse = invert(forward, who)
     plan = exact_plan(inverse, out)
@@ -338,13 +383,10 @@ def resample(x: torch.Tensor, forward: AffineMap, out: Size, mode: str = "biline
         return take_exact(x, plan, padding_mode)
     check_interpolable(x, mode, who)
     x4 = x if x.dim() == 4 else x[None]
-    factors = pool_factors(inverse) if antialias and mode == "bilinear" else (1, 1)
-    if factors != (1, 1):
-        x4, inverse = pool(x4, factors, inverse)
-        plan = exact_plan(inverse, out)
-        if plan is not None:
-            y = take_exact(x4, plan, padding_mode)
-            return y if x.dim() == 4 else y[0]
+    prefilter, inverse = prefilter_plan(inverse, (x4.shape[-2], x4.shape[-1])) if antialias and mode == "bilinear" \
+        else (None, inverse)
+    if prefilter is not None:
+        x4 = apply_prefilter(x4, prefilter)
     grid = make_grid([grid_theta(inverse, (x4.shape[-2], x4.shape[-1]), out)], out, _grid_dtype(x4), x4.device)
     y = sample_grid(x4, grid, mode, padding_mode)
     return y if x.dim() == 4 else y[0]

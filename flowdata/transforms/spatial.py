@@ -80,30 +80,59 @@ class Resize(SpatialTransform):
 
     Args:
         size: ``(height, width)``, or an int for a square; with ``short_side=True``, the
-            length of the short side (the long side keeps the aspect ratio, rounded, and is
-            at least ``size``).
+            length of the short side, the long side keeping the aspect ratio by
+            torchvision's rule (``int(size * long / short)``: truncated, so a 427 x 640
+            image resized to 256 is 256 x 383, as torchvision's ``resize(256)``); None with
+            ``max_size``: the long side to ``max_size``, as torchvision's ``resize(None,
+            max_size=...)``.
         short_side: Whether ``size`` is the short side's length.
+        max_size: With ``short_side=True`` (or ``size=None``), the most the long side may
+            be: a longer one is brought to ``max_size``, the short side shrunk in proportion
+            (truncated), exactly as torchvision's ``max_size``.
     """
 
-    def __init__(self, size: int | tuple[int, int], short_side: bool = False):
+    def __init__(self, size: int | tuple[int, int] | None, short_side: bool = False, max_size: int | None = None):
         super().__init__()
-        if short_side and not isinstance(size, int):
+        who = f"Resize(size={size!r}, short_side={short_side}, max_size={max_size!r})"
+        if size is None:
+            if not isinstance(max_size, int):
+                raise ValueError(f"{who}: size=None resizes the long side to max_size, which must be an int; "
+                                 "fix: give max_size, or a size")
+            short_side = True
+        elif short_side and not isinstance(size, int):
             raise ValueError(f"Resize(size={size!r}, short_side=True): expected the short side's length as an int; "
                              "fix: Resize(n, short_side=True), or Resize((height, width))")
-        self.size = _pair(size, type(self).__name__)
+        elif max_size is not None and not short_side:
+            raise ValueError(f"{who}: max_size bounds the long side of a short-side resize; fix: "
+                             "Resize(n, short_side=True, max_size=m), or no max_size with a fixed size")
+        if isinstance(size, int) and max_size is not None and max_size <= size:
+            raise ValueError(f"{who}: max_size must be strictly greater than the short side's length {size} "
+                             "(as torchvision's); fix: a larger max_size")
+        self.size = None if size is None else _pair(size, type(self).__name__)
         self.short_side = short_side
+        self.max_size = max_size
         # torchvision takes about a second to import: do it where the transform is built
         # (usually the main process, before workers fork and inherit it), not per worker.
         import torchvision.transforms.v2.functional  # noqa: F401
 
     def out_size(self, size: Size) -> Size:
-        """The output's (height, width) for an input of ``size``."""
+        """The output's (height, width) for an input of ``size``: torchvision's
+        ``_compute_resized_output_size``, its float operations in its order."""
         if not self.short_side:
+            assert self.size is not None
             return (int(self.size[0]), int(self.size[1]))
-        n = int(self.size[0])
         h, w = size
-        k = n / min(h, w)
-        return (max(n, round(h * k)), max(n, round(w * k)))
+        short, long = (w, h) if w <= h else (h, w)
+        if self.size is None:
+            assert self.max_size is not None
+            new_short, new_long = int(self.max_size * short / long), self.max_size
+        else:
+            requested = int(self.size[0])
+            new_short, new_long = requested, int(requested * long / short)
+            if self.max_size is not None and new_long > self.max_size:
+                new_short, new_long = int(self.max_size * new_short / new_long), self.max_size
+        new_w, new_h = (new_short, new_long) if w <= h else (new_long, new_short)
+        return (new_h, new_w)
 
     def _affine(self, size: Size, generator: torch.Generator | None) -> tuple[AffineMap, Size]:
         out = self.out_size(size)
@@ -134,22 +163,27 @@ def _check_fits(who: str, crop: Size, size: Size) -> None:
 
 
 class CenterCrop(SpatialTransform):
-    """Crops the centre ``size`` (height, width; an int for a square) of ``[..., H, W]``."""
+    """Crops the centre ``size`` (height, width; an int for a square) of ``[..., H, W]``, at
+    torchvision's ``center_crop`` offsets."""
 
     def __init__(self, size: int | tuple[int, int]):
         super().__init__()
         self.size = _pair(size, type(self).__name__)
 
-    def _affine(self, size: Size, generator: torch.Generator | None) -> tuple[AffineMap, Size]:
+    def _anchor(self, size: Size) -> tuple[int, int]:
+        """``(top, left)``: torchvision's ``int(round((H - h) / 2))``, which rounds half to even
+        (an odd margin of 127 puts 64 on the left, one of 125 puts 62)."""
         h, w = self.size
         _check_fits(f"CenterCrop(size={self.size})", (h, w), size)
-        return translate(-((size[1] - w) // 2), -((size[0] - h) // 2)), (h, w)
+        return int(round((size[0] - h) / 2.0)), int(round((size[1] - w) / 2.0))
+
+    def _affine(self, size: Size, generator: torch.Generator | None) -> tuple[AffineMap, Size]:
+        top, left = self._anchor(size)
+        return translate(-left, -top), (self.size[0], self.size[1])
 
     def forward(self, x: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
         h, w = self.size
-        _check_fits(f"CenterCrop(size={self.size})", (h, w), (x.shape[-2], x.shape[-1]))
-        top = (x.shape[-2] - h) // 2
-        left = (x.shape[-1] - w) // 2
+        top, left = self._anchor((x.shape[-2], x.shape[-1]))
         return x[..., top : top + h, left : left + w]
 
 

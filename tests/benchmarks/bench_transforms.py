@@ -4,6 +4,7 @@ Run from the repository root::
 
     .venv/bin/python tests/benchmarks/bench_transforms.py            # 2,000 images, 2,000 PNGs
     .venv/bin/python tests/benchmarks/bench_transforms.py --quick    # 300 and 500
+    .venv/bin/python tests/benchmarks/bench_transforms.py --only c   # (c) alone
 
 (a) *Per sample on the CPU*: ``Resize(224)`` -> ``Rotate(15)`` -> ``CenterCrop(192)`` ->
 ``HorizontalFlip()`` on ``--images`` smooth random-ish float32 ``3x256x256`` images
@@ -25,6 +26,15 @@ separate steps), ``Driver.dataloader(["pixels", "label"], batch_size=32, num_wor
 with ImageNet statistics (no statistics pass) and ``image_size=32``, ``augment`` off and
 on. The loaders are built beforehand; each epoch is timed, the two modules taking turns,
 best of ``--rounds``.
+
+(c) *Antialiasing a rotating run, against a supersampled reference*: on scikit-learn's
+``china.jpg`` (427x640), ``Resize(256, short_side=True)`` -> ``Rotate(15)`` (or
+``RandomAffine(15)``, one seeded draw) -> ``CenterCrop(224)``, and on a 256-pixel 1-px
+checkerboard ``Resize(170)`` -> ``Rotate(15)``: the fused ``Compose``, ``fuse=False`` and
+torchvision v2 (resize, then rotate or affine, then centre crop), timed side by side (best of
+``--rounds`` of ``--calls`` calls), and each one's mean absolute error against a reference that
+averages 8x8 points over every output pixel's square, mapped back through the composed
+matrix and read bilinearly from the input (zeros outside).
 """
 
 from __future__ import annotations
@@ -150,6 +160,78 @@ def epochs(args: argparse.Namespace) -> None:
     print("targets: augment off not slower (>= 1.0x), augment on >= 1.15x faster")
 
 
+def supersampled(x: Any, run: tuple[Any, ...], n: int = 8, generator: Any = None) -> Any:
+    """Each output pixel the mean of n x n points over its square, mapped back through the
+    run's composed matrix onto the input and read bilinearly (zeros outside)."""
+    import torch
+    import torch.nn.functional as F
+
+    size = (x.shape[-2], x.shape[-1])
+    matrix = torch.eye(3, dtype=torch.float64)
+    for t in run:
+        m, size = t.as_matrix(size, generator)
+        matrix = m @ matrix
+    inverse = torch.linalg.inv(matrix)
+    (oh, ow), (h, w) = size, x.shape[-2:]
+    i, j = torch.meshgrid(torch.arange(oh, dtype=torch.float64), torch.arange(ow, dtype=torch.float64), indexing="ij")
+    total = torch.zeros(x.shape[0], oh, ow, dtype=torch.float64)
+    for sy in (torch.arange(n, dtype=torch.float64) + 0.5) / n:
+        for sx in (torch.arange(n, dtype=torch.float64) + 0.5) / n:
+            p = torch.stack([j + sx, i + sy, torch.ones_like(i)], -1) @ inverse.T
+            grid = torch.stack([2 * p[..., 0] / w - 1, 2 * p[..., 1] / h - 1], -1)[None].float()
+            total += F.grid_sample(x.float()[None], grid, mode="bilinear", padding_mode="zeros", align_corners=False)[0]
+    return total / (n * n)
+
+
+def antialiasing(args: argparse.Namespace) -> None:
+    import torch
+    import torchvision.transforms.v2.functional as TF
+    from sklearn.datasets import load_sample_image
+    from torchvision.transforms import InterpolationMode
+
+    from flowdata.transforms import CenterCrop, Compose, RandomAffine, Resize, Rotate
+
+    torch.set_num_threads(args.threads)
+    bilinear = InterpolationMode.BILINEAR
+    photo = (torch.from_numpy(load_sample_image("china.jpg").copy()).permute(2, 0, 1).float() / 255).contiguous()
+    board = ((torch.arange(256)[:, None] + torch.arange(256)[None]) % 2).float()[None].contiguous()
+    angle = -15.0 + 30.0 * float(torch.rand(6, generator=torch.Generator().manual_seed(4))[0])  # RandomAffine's draw
+    cases: list[tuple[str, Any, tuple[Any, ...], Callable[[Any], Any], bool]] = [
+        ("photo, Rotate(15)", photo, (Resize(256, short_side=True), Rotate(15), CenterCrop(224)),
+         lambda x: TF.center_crop(TF.rotate(TF.resize(x, [256], antialias=True), 15.0, interpolation=bilinear),
+                                  [224, 224]), False),
+        ("photo, RandomAffine(15)", photo, (Resize(256, short_side=True), RandomAffine(15), CenterCrop(224)),
+         lambda x: TF.center_crop(TF.affine(TF.resize(x, [256], antialias=True), angle, [0, 0], 1.0, [0.0, 0.0],
+                                            interpolation=bilinear), [224, 224]), True),
+        ("checkerboard", board, (Resize(170), Rotate(15)),
+         lambda x: TF.rotate(TF.resize(x, [170, 170], antialias=True), 15.0, interpolation=bilinear), False),
+    ]
+    print(f"\n(c) antialiasing a rotating run: best of {args.rounds} rounds of {args.calls} calls, "
+          f"torch threads {args.threads}; error = mean |output - supersampled reference|")
+    print(f"{'case':24} {'contender':20} {'ms/call':>8} {'vs torchvision':>14} {'error':>9}")
+    for title, x, run, tv, draws in cases:
+        def gen() -> Any:
+            return torch.Generator().manual_seed(4) if draws else None
+
+        fused, unfused = Compose(*run), Compose(*run, fuse=False)
+        contenders: list[tuple[str, Callable[[Any], Any]]] = [
+            ("fused Compose", lambda v: fused(v, gen())), ("Compose(fuse=False)", lambda v: unfused(v, gen())),
+            ("torchvision v2", tv)]
+        reference = supersampled(x, run, generator=gen())
+        error = {name: float((fn(x).double() - reference).abs().mean()) for name, fn in contenders}
+        best = {name: math.inf for name, _ in contenders}
+        for _ in range(args.rounds):
+            for name, fn in contenders:
+                t0 = time.perf_counter()
+                for _ in range(args.calls):
+                    fn(x)
+                best[name] = min(best[name], (time.perf_counter() - t0) / args.calls)
+        for name, _ in contenders:
+            print(f"{title:24} {name:20} {best[name] * 1e3:8.2f} {best['torchvision v2'] / best[name]:13.2f}x "
+                  f"{error[name]:9.2e}")
+    print("targets: fused error <= torchvision's, fused >= 1.5x torchvision")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true")
@@ -157,10 +239,12 @@ def main() -> None:
     parser.add_argument("--pngs", type=int, default=None)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--threads", type=int, default=1)
-    parser.add_argument("--only", choices=["a", "b"], default=None)
+    parser.add_argument("--calls", type=int, default=None, help="(c): calls per round")
+    parser.add_argument("--only", choices=["a", "b", "c"], default=None)
     args = parser.parse_args()
     args.images = args.images or (300 if args.quick else 2000)
     args.pngs = args.pngs or (500 if args.quick else 2000)
+    args.calls = args.calls or (20 if args.quick else 100)
     for line in machine_lines():
         print(line)
     print(f"torch     {version('torch')}; torchvision {version('torchvision')}; pillow {version('pillow')}")
@@ -168,6 +252,8 @@ def main() -> None:
         per_sample(args)
     if args.only in (None, "b"):
         epochs(args)
+    if args.only in (None, "c"):
+        antialiasing(args)
 
 
 if __name__ == "__main__":
