@@ -525,6 +525,8 @@ def make_plan(
             line = f"  '{name}': read by {', '.join(readers)}"
             given = near(name, unread, cutoff=0.6)
             node = near(name, graph.nodes)
+            if node is not None and plural_pair(name, node):
+                node = None  # a source 'word(words)' reading its plural input: the idiom, not a typo
             if given:
                 line += f" (did you mean the input '{given}' you gave?)"
             elif node:
