@@ -20,7 +20,10 @@ the text ``"10"``, and other types are read as JSON when they parse (``xs=[1,2]`
 else as text. ``check`` exits 0 on a clean graph and 1 listing every problem, like a
 linter. Every failure is one line on stderr and a non-zero exit (1: the graph or the call
 failed; 2: a module could not be loaded or an argument is wrong); a closed pipe (``| head``)
-ends the command quietly. ``FLOWDATA_TRACEBACK=1`` adds the Python traceback.
+ends the command quietly. ``FLOWDATA_TRACEBACK=1`` adds the Python traceback. The fixes of
+the messages it prints are what to type here (``flowdata sample ... --index 3``,
+``--input n=...``), not the library's Python calls. A ``.py`` file is imported as ``python
+file.py`` runs it, its folder first on ``sys.path``.
 """
 
 from __future__ import annotations
