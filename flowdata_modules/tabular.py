@@ -35,7 +35,6 @@ import numpy as np
 import torch
 
 from flowdata import Collect, Parallel, reduce, vectorized
-from flowdata._once import first_time
 from flowdata.stats import Stats, Vocab, Vocabulary
 from flowdata_modules._manifest import LabelVocabulary, class_names as _class_names
 from flowdata_modules._table import names_of, table_columns
@@ -351,6 +350,8 @@ def numeric_scaling(numeric_stats: Stats, missing_counts: dict[str, int], numeri
     shift = torch.where(empty, 0.0, torch.where(constant, flat["min"], shift))
     offset = torch.where(empty | constant, 0.0, offset)
     std = torch.where(empty | constant, 1.0, std)
+    from flowdata._once import first_time  # each column's warning once per process
+
     values = flat["min"].tolist()
     for flag, what in ((empty, "have no value at all"), (constant, "are constant")):
         names = [c for c, f in zip(columns, flag.tolist()) if f]
