@@ -8,7 +8,10 @@ column. Reductions are folded here too (see :mod:`flowdata.run.folding`).
 
 The kernel runs wherever samples are computed: in the main process, in executor workers
 and in DataLoader workers. It never raises for a sample: a failure comes back as plain
-data (:class:`Failure`) for the engine to turn into an error or a skip record.
+data (:class:`Failure`) for the engine to turn into an error or a skip record. The first
+value of each node in a chunk is checked against the node's return annotation (one
+``isinstance``): a contradiction is a :class:`ReturnTypeError` failure named at that node,
+``fatal`` (a fault of the node, raised under ``on_error="skip"`` too).
 """
 
 from __future__ import annotations

@@ -24,8 +24,8 @@ from typing import Any
 from flowdata.node import Node
 from flowdata.run.deadline import SampleTimeout, guarded_calls
 from flowdata.run.kernel import Failure, PassSpec, failure_of, non_finite, return_type_error, vector_values
-from flowdata.typecheck import contradicts
 from flowdata.sample import make_rng
+from flowdata.typecheck import contradicts
 
 __all__ = ["OneSample", "SequentialStream", "compile_pass"]
 
