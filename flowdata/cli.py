@@ -20,21 +20,27 @@ the text ``"10"``, and other types are read as JSON when they parse (``xs=[1,2]`
 else as text. ``check`` exits 0 on a clean graph and 1 listing every problem, like a
 linter. Every failure is one line on stderr and a non-zero exit (1: the graph or the call
 failed; 2: a module could not be loaded or an argument is wrong); a closed pipe (``| head``)
-ends the command quietly. ``FLOWDATA_TRACEBACK=1`` adds the Python traceback.
+ends the command quietly. ``FLOWDATA_TRACEBACK=1`` adds the Python traceback. The fixes of
+the messages it prints are what to type here (``flowdata sample ... --index 3``,
+``--input n=...``), not the library's Python calls. A ``.py`` file is imported as ``python
+file.py`` runs it, its folder first on ``sys.path``.
 """
 
 from __future__ import annotations
 
 import argparse
+import ast
 import dataclasses
 import glob
 import json
 import math
 import os
+import re
+import shlex
 import sys
 import traceback
 import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from types import ModuleType
 from typing import Any
 
@@ -214,6 +220,7 @@ def _check(args: argparse.Namespace) -> int:
     compiled = compile_modules(modules, config)
     problems = compiled.problems
     warned = inputs_like_nodes(compiled.graph, config)
+    problems = tuple(dataclasses.replace(p, fix=_for_the_shell(p.fix, args)) for p in problems)
     if args.format == "json":
         print(json.dumps({"ok": not problems, "problems": [p.to_dict() for p in problems], "warnings": warned},
                          indent=2))
@@ -308,11 +315,49 @@ def _viz(args: argparse.Namespace) -> int:
     return 0
 
 
-def _show_warning(message: Warning | str, category: type[Warning], filename: str, lineno: int,
-                  file: Any = None, line: str | None = None) -> None:
-    """A warning as one message, ``flowdata: <Category>: <message>`` (the line it was raised
-    at is flowdata's own, not yours)."""
-    print(f"flowdata: {category.__name__}: {message}", file=sys.stderr)
+def _flags(args: argparse.Namespace) -> str:
+    """The ``--input``/``--config`` flags of this command, to repeat in a command it suggests."""
+    given = [("--input", v) for v in getattr(args, "input", None) or ()]
+    given += [("--config", v) for v in getattr(args, "config", None) or ()]
+    return "".join(f" {flag} {shlex.quote(v)}" for flag, v in given)
+
+
+def _sample_command(args: argparse.Namespace, match: re.Match[str]) -> str:
+    try:
+        names = ast.literal_eval(match.group(1))
+    except (ValueError, SyntaxError):
+        return match.group(0)
+    modules = " ".join(shlex.quote(m) for m in args.modules)
+    return f"flowdata sample {modules} --outputs {','.join(names)} --index {match.group(2)}{_flags(args)}"
+
+
+def _input_flags(match: re.Match[str]) -> str:
+    return " ".join(f"--input {k}=..." for k in re.findall(r"'([^']+)': \.\.\.", match.group(1)))
+
+
+def _for_the_shell(text: str, args: argparse.Namespace) -> str:
+    """A message of the library with its Python fixes as what to type at the command line:
+    ``driver.run_sample(['x'], index=3)`` becomes the ``flowdata sample ... --index 3``
+    command (with this command's modules, inputs and config), ``inputs={'n': ...}`` the
+    ``--input n=...`` flag, ``.with_config({'k': ...})`` the ``--config k=...`` flag."""
+    text = re.sub(r"driver\.run_sample\((\[[^\]]*\]), index=(\d+)(?:, inputs=<the same inputs>)?\)",
+                  lambda m: _sample_command(args, m), text)
+    text = re.sub(r"pass inputs=\{((?:'[^']+': \.\.\.(?:, )?)+)\}", lambda m: "add " + _input_flags(m), text)
+    text = re.sub(r"pass it in inputs=\{((?:'[^']+': \.\.\.(?:, )?)+)\}", lambda m: "pass it with " + _input_flags(m),
+                  text)
+    text = re.sub(r"set it with \.with_config\(\{'([^']+)': \.\.\.\}\)", r"set it with --config \1=...", text)
+    text = text.replace("and execute() returns whole values", "and flowdata run prints whole values")
+    return text.replace("give it to Builder().with_config(), not inputs=", "give it with --config, not --input")
+
+
+def _warning_printer(args: argparse.Namespace) -> Callable[..., None]:
+    def show(message: Warning | str, category: type[Warning], filename: str, lineno: int,
+             file: Any = None, line: str | None = None) -> None:
+        """A warning as one message, ``flowdata: <Category>: <message>`` (the line it was
+        raised at is flowdata's own, not yours)."""
+        print(f"flowdata: {category.__name__}: {_for_the_shell(str(message), args)}", file=sys.stderr)
+
+    return show
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -322,7 +367,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         try:
             with warnings.catch_warnings():
-                warnings.showwarning = _show_warning
+                warnings.showwarning = _warning_printer(args)
                 return commands[args.command](args)
         finally:
             sys.stdout.flush()  # a closed pipe shows here, inside the handlers below
@@ -332,11 +377,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         os.dup2(devnull, sys.stdout.fileno())
         return 141
     except (_ModuleLoadError, _UsageError) as exc:
-        print(f"flowdata: {exc}", file=sys.stderr)
+        print(f"flowdata: {_for_the_shell(str(exc), args)}", file=sys.stderr)
         return 2
     except Exception as exc:  # FlowdataError and anything a user's module raises: one message
         name = type(exc).__name__ if isinstance(exc, FlowdataError) else f"{type(exc).__name__} (not flowdata's)"
-        print(f"flowdata: {name}: {exc}", file=sys.stderr)
+        print(f"flowdata: {name}: {_for_the_shell(str(exc), args)}", file=sys.stderr)
         if os.environ.get("FLOWDATA_TRACEBACK"):
             traceback.print_exception(exc)
         return 1

@@ -45,14 +45,18 @@ def _uses_hamilton() -> bool:
 
 def _public_functions(module: ModuleType) -> list[tuple[str, Callable[..., Any]]]:
     """The functions Hamilton's ``find_functions`` finds: public, defined in the module (or
-    a submodule of it), in name order."""
+    a submodule of it), in name order.
+
+    Public means both names: the function's own and the module attribute that holds it,
+    so ``_square = lambda v: v * v`` (a function named ``<lambda>``) is a private helper too.
+    """
     def defined_here(fn: Any) -> bool:
         if not inspect.isfunction(fn) or fn.__name__.startswith("_"):
             return False
         home = inspect.getmodule(fn)
         return home is not None and (home.__name__ == module.__name__ or home.__name__.startswith(module.__name__ + "."))
 
-    return inspect.getmembers(module, predicate=defined_here)
+    return [(name, fn) for name, fn in inspect.getmembers(module, predicate=defined_here) if not name.startswith("_")]
 
 
 @dataclass(frozen=True)
@@ -103,7 +107,11 @@ def discover(
     nodes: dict[str, Node] = {}
     problems: list[GraphProblem] = []
     for module in modules:
-        for _, fn in _public_functions(module):
+        for attr, fn in _public_functions(module):
+            lam = _lambda_node(attr, fn)
+            if lam is not None:
+                problems.append(lam)
+                continue
             hnodes: Any = None
             if hamilton:
                 # Hamilton's resolvers first: a function they remove (@hamilton_exclude, an
@@ -198,6 +206,22 @@ def function_location(fn: Callable[..., Any]) -> tuple[str, int]:
     except ValueError:
         pass
     return file, line
+
+
+def _lambda_node(attr: str, fn: Callable[..., Any]) -> GraphProblem | None:
+    """FD001 for a public module attribute holding a lambda, named by the attribute (a
+    lambda's own name, ``<lambda>``, says nothing, and a lambda cannot be annotated)."""
+    if fn.__name__ != "<lambda>":
+        return None
+    file, line = function_location(fn)
+    sig = inspect.signature(fn)
+    return GraphProblem(
+        code="FD001", title="missing-annotation",
+        message=f"'{attr}' is a lambda, which cannot be annotated, so it cannot be a node",
+        node=attr, locations=(f"{file}:{line}",),
+        expected="a def with every parameter and the return value annotated", actual=f"{attr} = lambda {str(sig)[1:-1]}: ...",
+        fix=f"write it as 'def {attr}(...) -> ...:' with types, or name it '_{attr}' if it is a helper, not a node",
+    )
 
 
 def _missing_annotations(fn: Callable[..., Any]) -> GraphProblem | None:
@@ -421,7 +445,16 @@ def _import(name: str, file: str | None) -> ModuleType:
 
 
 def import_file(name: str, path: str) -> ModuleType:
-    """Imports the ``.py`` file at ``path`` as module ``name`` (registered in sys.modules)."""
+    """Imports the ``.py`` file at ``path`` as module ``name`` (registered in sys.modules).
+
+    As ``python path`` would, the file's folder goes first on ``sys.path`` (unless it is on
+    it already), so that the module imports its siblings (``from helpers import clean``),
+    in the ``flowdata`` command, in ``Builder().with_modules("path.py")`` and in worker
+    processes alike.
+    """
+    folder = os.path.dirname(os.path.abspath(path))
+    if folder not in (os.path.abspath(p or os.curdir) for p in sys.path):
+        sys.path.insert(0, folder)
     spec = importlib.util.spec_from_file_location(name, path)
     if spec is None or spec.loader is None:
         raise ImportError(f"cannot load module {name!r} from {path!r}: not a Python file")

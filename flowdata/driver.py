@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import difflib
 import functools
 import importlib
 import os
@@ -26,6 +25,7 @@ from flowdata.graph import Graph
 from flowdata.node import Node, Role
 from flowdata.plan import Analysis, Plan, analyze, make_plan
 from flowdata.report import Report
+from flowdata.spelling import near, plural_pair
 from flowdata.typecheck import check_edges, check_reductions
 
 if TYPE_CHECKING:
@@ -159,23 +159,17 @@ def inputs_like_nodes(graph: Graph, config: Mapping[str, Any]) -> list[str]:
     for name, spec in graph.inputs.items():
         if name in config or len(name) < 4:
             continue
-        close = difflib.get_close_matches(name, names, n=1, cutoff=0.8)
-        if not close or _plural_pair(name, close[0]) or any(n.name == close[0] for n, _ in spec.readers):
+        close = near(name, names)
+        if close is None or plural_pair(name, close) or any(n.name == close for n, _ in spec.readers):
             continue  # 'url(urls)', a source reading its plural input, is the usual idiom
-        node = graph.nodes[close[0]]
+        node = graph.nodes[close]
         readers = ", ".join(f"'{n.name}' ({n.location})" for n, _ in spec.readers)
         found.append(
             f"FD401 input-like-a-node: {readers} reads '{name}', which no node makes, so it is an input; "
             f"did you mean node '{node.name}' ({node.location})?\n"
-            f"  fix: rename the parameter '{node.name}'; if an input is meant, give it a name no node has"
+            f"  fix: rename the parameter '{name}' to '{node.name}'; if an input is meant, give it a name no node has"
         )
     return found
-
-
-def _plural_pair(a: str, b: str) -> bool:
-    """``row``/``rows``, ``batch``/``batches``: one name is the other's plural."""
-    short, long = sorted((a, b), key=len)
-    return long in (short + "s", short + "es") or (short.endswith("y") and long == short[:-1] + "ies")
 
 
 def _user_stacklevel() -> int:
@@ -256,8 +250,8 @@ class Driver:
             return
         hints = []
         for k in unread:
-            close = difflib.get_close_matches(k, list(self.graph.inputs), n=1)
-            hints.append(f"'{k}'" + (f" (did you mean '{close[0]}'?)" if close else ""))
+            close = near(k, self.graph.inputs, cutoff=0.6)
+            hints.append(f"'{k}'" + (f" (did you mean '{close}'?)" if close else ""))
         warnings.warn(
             f"input{'s' if len(unread) > 1 else ''} {', '.join(hints)} not read by any node"
             " (a switch read by @config.when chooses functions when the graph is built: give it to"

@@ -25,6 +25,7 @@ from types import MappingProxyType
 from flowdata.errors import GraphProblem, InputError
 from flowdata.graph import BUILTINS, Graph
 from flowdata.node import Node, Param, Role
+from flowdata.spelling import near, plural_pair
 from flowdata.types import is_iterator, type_name
 
 __all__ = ["Analysis", "GroupPlan", "PassPlan", "Plan", "analyze", "make_plan", "pass_levels"]
@@ -66,6 +67,23 @@ def _generator_hint(producer: Node | None) -> str:
     item = type_name(args[0]) if not isinstance(args[0], str) else args[0]
     return (f"'{producer.name}' yields items: to make each one a sample, annotate it '-> Parallel[{item}]' "
             f"(or Sequential[{item}]) instead of '-> {type_name(producer.type)}'")
+
+
+def _typo_hint(graph: Graph, name: str) -> str:
+    """The fix when ``name`` is computed once only because it (or a node it reads) reads
+    an input spelt almost like a node (``length(wrod: str)`` for ``word``)."""
+    for upstream in graph.toposort(graph.ancestors([name])):
+        for p in graph.nodes[upstream].params:
+            if p.name not in graph.inputs:
+                continue
+            meant = near(p.name, graph.nodes)
+            if meant is None or plural_pair(p.name, meant) or meant == upstream:
+                continue
+            node = graph.nodes[meant]
+            via = "" if upstream == name else f", and '{name}' reads '{upstream}'"
+            return (f"'{upstream}' reads '{p.name}', which no node makes, so it is an input{via}: did you mean "
+                    f"node '{meant}' ({node.location})? rename the parameter '{p.name}' to '{meant}'")
+    return ""
 
 
 def _problem(code: str, title: str, node: Node, message: str, fix: str, *others: Node,
@@ -128,7 +146,7 @@ def analyze(graph: Graph) -> Analysis:
                         "FD202", "collect-outside-group", node,
                         f"'{name}' collects '{p.name}', but '{p.name}' is {what}: "
                         "it has one value, not one per sample",
-                        _generator_hint(producer) or f"take '{p.name}: {type_name(p.type)}' without Collect, "
+                        _generator_hint(producer) or _typo_hint(graph, p.name) or f"take '{p.name}: {type_name(p.type)}' without Collect, "
                         "or collect a per-sample node of a group",
                         *([producer] if producer else []),
                         expected=f"'{p.name}' computed once per sample (inside a group)",
@@ -499,20 +517,20 @@ def make_plan(
         if name not in inputs and any(n.name in called and not p.optional for n, p in spec.readers)
     )
     if missing and check_inputs:
-        import difflib
-
         lines = []
         unread = graph.unread(inputs)
         for name in missing:
             readers = [f"{n.name} ({n.location})" for n, p in graph.inputs[name].readers
                        if n.name in called and not p.optional]  # those with no default for it
             line = f"  '{name}': read by {', '.join(readers)}"
-            given = difflib.get_close_matches(name, unread, n=1)
-            node = difflib.get_close_matches(name, list(graph.nodes), n=1, cutoff=0.8)
+            given = near(name, unread, cutoff=0.6)
+            node = near(name, graph.nodes)
+            if node is not None and plural_pair(name, node):
+                node = None  # a source 'word(words)' reading its plural input: the idiom, not a typo
             if given:
-                line += f" (did you mean the input '{given[0]}' you gave?)"
+                line += f" (did you mean the input '{given}' you gave?)"
             elif node:
-                line += f" (did you mean node '{node[0]}'? a parameter spelt like no node is an input)"
+                line += f" (did you mean node '{node}'? a parameter spelt like no node is an input)"
             lines.append(line)
         raise InputError(
             f"missing input{'s' if len(missing) > 1 else ''} {', '.join(repr(m) for m in missing)}:\n"
@@ -553,12 +571,10 @@ def _check_outputs(
             f"  fix: pass it in inputs={{'{as_input[0]}': ...}} to get it back, or ask for a node"
         )
     if unknown:
-        import difflib
-
         hints = []
         for u in unknown:
-            close = difflib.get_close_matches(u, list(graph.nodes), n=1)
-            hints.append(f"'{u}'" + (f" (did you mean '{close[0]}'?)" if close else ""))
+            close = near(u, graph.nodes, cutoff=0.6)
+            hints.append(f"'{u}'" + (f" (did you mean '{close}'?)" if close else ""))
         raise InputError(
             f"unknown output{'s' if len(unknown) > 1 else ''} {', '.join(hints)}: no node has that name\n"
             f"  fix: ask for one of the graph's nodes: {', '.join(sorted(graph.nodes))}"

@@ -19,6 +19,8 @@ type ``expected``?" the way a Python user expects, not the way a strict checker 
 from __future__ import annotations
 
 import collections.abc as cabc
+import functools
+import numbers
 import typing
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Literal, get_args, get_origin
@@ -33,7 +35,8 @@ if TYPE_CHECKING:
     from flowdata.node import Node, Param
 from flowdata.types import is_iterator, type_name
 
-__all__ = ["check_edges", "check_reductions", "collated_fits", "collection_element", "compatible", "type_name"]
+__all__ = ["check_edges", "check_reductions", "collated_fits", "collection_element", "compatible", "contradicts",
+           "type_name"]
 
 _NUMERIC_TOWER: dict[type, tuple[type, ...]] = {
     int: (float, complex),
@@ -370,3 +373,62 @@ def check_reductions(graph: Graph) -> list[GraphProblem]:
                 )
             )
     return problems
+
+
+# What a value declared as one of these may be at run time: any number of that kind, so
+# that numpy's scalars (np.float32 for '-> float', np.int64 for '-> int') are accepted.
+_NUMBER_KINDS: dict[type, type] = {int: numbers.Integral, float: numbers.Real, complex: numbers.Complex}
+
+
+def contradicts(value: Any, declared: Any) -> bool:
+    """Whether ``value`` certainly is not of type ``declared`` (the run-time check of a
+    node's first value against its return annotation).
+
+    Only what is certain counts: the value's class against the annotation's class (or its
+    generic origin: ``list[int]`` checks ``list``, not the elements), the numeric tower
+    read as ``numbers`` (an ``int`` or ``np.float32`` fits ``float``, a ``str`` fits no
+    number), ``None`` against ``Optional``, every member of a union. ``Any``, type
+    variables, unresolved names, protocols that are not runtime-checkable and other forms
+    flowdata does not reason about never contradict.
+    """
+    try:
+        check = _cached_checker(declared)
+    except TypeError:  # an annotation that cannot be hashed (unhashable Annotated metadata)
+        check = _checker(declared)
+    return check is not None and not check(value)
+
+
+@functools.lru_cache(maxsize=1024)
+def _cached_checker(declared: Any) -> Callable[[Any], bool] | None:
+    return _checker(declared)  # built once per type: the check of a value costs one call
+
+
+def _checker(declared: Any) -> Callable[[Any], bool] | None:
+    """A predicate that accepts every value of type ``declared`` (and maybe more), or
+    None when nothing can be refused."""
+    tp = _normalize_none(_strip(declared))
+    if tp is Any or tp is object or isinstance(tp, (typing.TypeVar, str, typing.ForwardRef)):
+        return None
+    if _is_newtype(tp):
+        return _checker(tp.__supertype__)
+    if _is_union(tp):
+        members = [_checker(m) for m in get_args(tp)]
+        if any(m is None for m in members):
+            return None
+        return lambda v: any(m(v) for m in members)  # type: ignore[misc]
+    if get_origin(tp) is Literal:
+        kinds = tuple({type(a) for a in get_args(tp)})
+        return _checker(typing.Union[kinds]) if kinds else None  # the literals' types, not their values
+    cls = get_origin(tp) or tp
+    if not isinstance(cls, type):
+        return None
+    if cls in _NUMBER_KINDS:
+        kind = _NUMBER_KINDS[cls]
+        return lambda v: isinstance(v, kind)
+    if cls is bool:
+        return lambda v: isinstance(v, bool) or type(v).__module__ == "numpy" and type(v).__name__ in ("bool", "bool_")
+    try:
+        isinstance(None, cls)  # a Protocol that is not runtime-checkable raises here
+    except TypeError:
+        return None
+    return lambda v: isinstance(v, cls)

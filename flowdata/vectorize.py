@@ -22,10 +22,12 @@ the node's type is ``list[int]``, FD008); a return declared as ``torch.Tensor`` 
 the node's type is that same type. So the annotations say what the body receives and
 returns, and mypy checks the body as written.
 
-Failures: when the call raises (or returns the wrong number of values), flowdata calls the
-function again on one sample at a time to find the sample that fails; that sample's error
-is raised (or skipped under ``on_error="skip"``) with its index and item, as for any node,
-and the other samples keep the values of those single calls.
+Failures: when the call raises, flowdata calls the function again on one sample at a time
+to find the sample that fails; that sample's error is raised (or skipped under
+``on_error="skip"``) with its index and item, as for any node, and the other samples keep
+the values of those single calls. When it returns the wrong number of values (or not a
+sequence), that is the function's fault, not a sample's: an error naming the node, raised
+under ``on_error="skip"`` too, never a silent rerun one sample at a time.
 """
 
 from __future__ import annotations

@@ -330,7 +330,9 @@ def numeric_scaling(numeric_stats: Stats, missing_counts: dict[str, int], numeri
     :class:`~flowdata.stats.Stats` given as an input works too). A constant column (minimum
     equal to maximum) is shifted by its value with std 1, so it normalises to exactly 0; a
     column without any value normalises to 0 as well. Both, and columns with missing cells,
-    are logged once (logger ``flowdata``)."""
+    are logged once per process (logger ``flowdata``) for a column and what its statistics
+    say (its constant value, its count of missing cells): a second loader over the same data
+    does not repeat it; the same column constant at another value is logged again."""
     columns = tuple(numeric_columns)
     width = len(columns)
     flat = {k: getattr(numeric_stats, k).reshape(-1).to(torch.float64) for k in ("mean", "std", "min", "max")}
@@ -348,15 +350,20 @@ def numeric_scaling(numeric_stats: Stats, missing_counts: dict[str, int], numeri
     shift = torch.where(empty, 0.0, torch.where(constant, flat["min"], shift))
     offset = torch.where(empty | constant, 0.0, offset)
     std = torch.where(empty | constant, 1.0, std)
+    from flowdata._once import first_time  # each column's warning once per process
+
+    values = flat["min"].tolist()
     for flag, what in ((empty, "have no value at all"), (constant, "are constant")):
         names = [c for c, f in zip(columns, flag.tolist()) if f]
-        if names:
+        seen = tuple((what, c, values[columns.index(c)] if what == "are constant" else None) for c in names)
+        if names and first_time(seen):
             _log.warning("tabular: numeric column(s) %s %s: they normalise to 0", ", ".join(map(repr, names)), what)
     gaps = {c: n for c, n in missing_counts.items() if c in columns and n}
-    if gaps:
+    if gaps and first_time((("missing", tuple(gaps.items())),)):
         _log.warning("tabular: missing numeric cells replaced by the column's mean: %s",
                      ", ".join(f"{c!r} {n}" for c, n in gaps.items()))
     return Scaling(columns, shift, offset, std)
+
 
 
 @vectorized

@@ -31,7 +31,7 @@ def total(features: Collect[float]) -> float:
 
 
 def test_a_parameter_spelt_almost_like_a_node(build: Callable[..., fd.Driver]) -> None:
-    with pytest.warns(InputLikeNodeWarning, match=r"FD401 input-like-a-node: 'scaled' \(.*:10\) reads 'featurs', which no node makes, so it is an input; did you mean node 'features' \(.*:7\)\?\n  fix: rename the parameter 'features'"):
+    with pytest.warns(InputLikeNodeWarning, match=r"FD401 input-like-a-node: 'scaled' \(.*:10\) reads 'featurs', which no node makes, so it is an input; did you mean node 'features' \(.*:7\)\?\n  fix: rename the parameter 'featurs' to 'features'"):
         dr = build(TYPO)
     with pytest.raises(fd.InputError, match=r"'featurs': read by scaled \(.*\) \(did you mean node 'features'\? a parameter spelt like no node is an input\)"):
         dr.execute(["scaled"], inputs={"n": 2})

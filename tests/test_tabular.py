@@ -270,3 +270,22 @@ def test_the_statistics_come_from_the_pass_cache_the_second_time(tmp_path: Path)
     stats = second.stats["numeric_stats"]
     assert isinstance(stats, tabular.ColumnStats) and stats.shift.tolist() == [1e15] and stats.offset.tolist() == [99.5]
     assert torch.equal(_all(first)["numeric"], _all(second)["numeric"])
+
+
+def test_a_constant_column_is_warned_once_not_by_every_loader(caplog: pytest.LogCaptureFixture) -> None:
+    # Issue 26: the warning repeated with each loader built over the same data (a
+    # validation loader, a second run in a notebook). Once per process for a column and its
+    # value; the same column constant at another value is news, and warned.
+    table = pa.table({"steady": [4.25] * 6, "moving": [float(i) for i in range(6)], "label": ["a", "b"] * 3})
+    dr = fd.Builder().with_modules(tabular).with_config({"numeric_columns": ["steady", "moving"]}).build()
+    warning = "numeric column(s) 'steady' are constant: they normalise to 0"
+    with caplog.at_level(logging.WARNING, logger="flowdata"):
+        for _ in range(3):
+            dr.dataloader(["numeric"], inputs={"table": table}, batch_size=3)
+    assert caplog.text.count(warning) == 1
+    caplog.clear()
+    other = pa.table({"steady": [7.5] * 6, "moving": [float(i) for i in range(6)], "label": ["a", "b"] * 3})
+    with caplog.at_level(logging.WARNING, logger="flowdata"):
+        dr.dataloader(["numeric"], inputs={"table": other}, batch_size=3)
+        dr.dataloader(["numeric"], inputs={"table": other}, batch_size=3)
+    assert caplog.text.count(warning) == 1

@@ -129,13 +129,29 @@ def test_a_failing_sample_is_found_and_named_and_skip_leaves_out_only_it(
 
 def test_a_wrong_number_of_values_is_an_error_naming_the_node(build: Callable[..., fd.Driver]) -> None:
     dr = build(FLOW.replace("    return [v * factor + r for v, r in zip(value, row)]", "    return [0.0, 1.0]"))
-    with pytest.raises(fd.SampleError, match=r"node 'scaled' .* failed on sample 0 .*ValueError: @vectorized node "
-                       r"'scaled' returned 2 values for 1 sample; it must return one value per sample, in order"):
-        dr.execute(["total"], inputs={"n": 5})
+    with pytest.raises(fd.SampleError, match=r"node 'scaled' .* failed on sample 0 .*ReturnTypeError: @vectorized "
+                       r"node 'scaled' returned 2 values for 5 samples; it must return one value per sample, in order"
+                       r" -- fix: return one value per sample of the lists it is given \(5 here\)"):
+        dr.dataloader(["scaled"], inputs={"n": 5}, batch_size=5).__iter__().__next__()
     dr = build(FLOW.replace("    return [v * factor + r for v, r in zip(value, row)]", "    return 3.0"))
-    with pytest.raises(fd.SampleError, match=r"TypeError: @vectorized node 'scaled' returned float, not a sequence "
-                       r"with one value per sample"):
+    with pytest.raises(fd.SampleError, match=r"ReturnTypeError: @vectorized node 'scaled' returned float, not a "
+                       r"sequence with one value per sample"):
         dr.run_sample(["scaled"], index=2, inputs={"n": 5})
+
+
+def test_a_wrong_count_for_a_chunk_is_not_hidden_behind_the_per_sample_path(
+    build: Callable[..., fd.Driver], _log: Path
+) -> None:
+    # Right for one sample, wrong for several: it used to be rerun one sample at a time,
+    # silently; it is an error naming the node, under on_error="skip" too (a fault of the
+    # node, not of a sample: skipping would leave out one sample per chunk, silently).
+    dr = build(FLOW.replace("    return [v * factor + r for v, r in zip(value, row)]",
+                            "    return [v * factor + r for v, r in zip(value, row)][:1]"))
+    for on_error in ("raise", "skip"):
+        with pytest.raises(fd.SampleError, match=r"node 'scaled' \(.*:\d+\) failed on sample 0 of group 'row' .*"
+                           r"ReturnTypeError: @vectorized node 'scaled' returned 1 value for 4 samples"):
+            list(dr.dataloader(["scaled"], inputs={"n": 8}, batch_size=4, on_error=on_error))
+    assert dr.run_sample(["scaled"], index=3, inputs={"n": 8}) == {"scaled": pytest.approx(2 * 3**0.5 + 3)}
 
 
 def test_sequential_sources_run_sample_and_timeouts_call_it_one_sample_at_a_time(

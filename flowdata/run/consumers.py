@@ -26,8 +26,9 @@ from typing import Any
 from flowdata.errors import FlowdataError, NodeError, describe, user_traceback
 from flowdata.node import Node
 from flowdata.run.folding import BlockError, Folder
-from flowdata.run.kernel import ChunkResult
+from flowdata.run.kernel import ChunkResult, return_type_error
 from flowdata.run.usage import streamable
+from flowdata.typecheck import contradicts
 
 __all__ = ["JobThread", "Tee", "call_collect", "collect_arguments", "reduce_all", "run_jobs"]
 
@@ -232,7 +233,10 @@ def collect_arguments(node: Node, tee: Tee, r: int, *, source: bool = False) -> 
 def call_collect(node: Node, args: Mapping[str, Any], tee: Tee, r: int) -> Any:
     """Calls a plain Collect node on reader ``r``; its error becomes a ``NodeError``."""
     try:
-        return node.fn(**args, **collect_arguments(node, tee, r))
+        value = node.fn(**args, **collect_arguments(node, tee, r))
+        if contradicts(value, node.type):  # named here, not at the consumer it would break
+            raise NodeError(node.name, node.location, describe(return_type_error(node, value)))
+        return value
     except FlowdataError:
         raise
     except Exception as exc:

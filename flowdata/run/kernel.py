@@ -8,7 +8,10 @@ column. Reductions are folded here too (see :mod:`flowdata.run.folding`).
 
 The kernel runs wherever samples are computed: in the main process, in executor workers
 and in DataLoader workers. It never raises for a sample: a failure comes back as plain
-data (:class:`Failure`) for the engine to turn into an error or a skip record.
+data (:class:`Failure`) for the engine to turn into an error or a skip record. The first
+value of each node in a chunk is checked against the node's return annotation (one
+``isinstance``): a contradiction is a :class:`ReturnTypeError` failure named at that node,
+``fatal`` (a fault of the node, raised under ``on_error="skip"`` too).
 """
 
 from __future__ import annotations
@@ -31,9 +34,11 @@ from flowdata.run.deadline import SampleTimeout, guarded_calls
 from flowdata.run.folding import BlockError, Piece, ValueFoldError, pieces_of
 from flowdata.run.samplecache import CachedNode, ChunkCache
 from flowdata.sample import make_rng
+from flowdata.typecheck import contradicts
+from flowdata.types import type_name
 
-__all__ = ["ChunkResult", "Failure", "FoldSpec", "PassSpec", "failure_of", "non_finite", "portable", "run_chunk",
-           "vector_values"]
+__all__ = ["ChunkResult", "Failure", "FoldSpec", "PassSpec", "ReturnTypeError", "failure_of", "non_finite", "portable",
+           "return_type_error", "run_chunk", "vector_values"]
 
 
 @dataclass(frozen=True)
@@ -101,6 +106,7 @@ class Failure:
     traceback_text: str
     reduction: bool = False
     reproduce: str = ""  # the node whose value to look at, when not ``node`` (see SampleError)
+    fatal: bool = False  # a fault of the node, not of the sample: raised under on_error="skip" too
 
 
 @dataclass
@@ -191,7 +197,7 @@ def _compute_all(
             result.failure = non_finite(nodes, spec, result.columns, indices, items)
             if result.failure is None:
                 result.failure = _fold(spec, result, span, indices, items)
-        if result.failure is None or not skip:
+        if result.failure is None or not skip or result.failure.fatal:
             break
         # Leave the failing sample out and compute the chunk again without it.
         pos = list(indices).index(result.failure.index)
@@ -251,6 +257,10 @@ def _compute(
             i = len(out) if at is None else at[len(out)]
             return ChunkResult(indices, {}, _failure(name, node.location, indices[i], items[i], exc), 0.0, worker)
         timing[name] = time.perf_counter() - t
+        if out and contradicts(out[0], node.type):  # each chunk's first value: one isinstance per node
+            i = 0 if at is None else at[0]
+            error = return_type_error(node, out[0])
+            return ChunkResult(indices, {}, _failure(name, node.location, indices[i], items[i], error), 0.0, worker)
         if cache is not None:
             bad = cache.write(name, range(n) if at is None else at, out)
             if bad is not None:
@@ -285,10 +295,14 @@ def _vectorized(node: Node, fn: Callable[..., Any], args: list[Any], n: int, out
     values: list[Any] = [list(a) if ps else next(a, None) for a, ps in zip(args, per_sample, strict=True)]
     if whole_call and n > 1:
         try:
-            out.extend(vector_values(node, _call_on(node, fn, values), n))
-            return
+            got = _call_on(node, fn, values)
         except (Exception, SystemExit, SampleTimeout):
-            pass  # found again below, on the sample that fails
+            got = _RAISED  # found again below, on the sample that fails
+        if got is not _RAISED:
+            # Not one value per sample is the function's fault, whatever the samples: an error
+            # (on the chunk's first sample, len(out) == 0), never a silent rerun per sample.
+            out.extend(vector_values(node, got, n))
+            return
     for i in range(n):
         one = [[v[i]] if ps else v for v, ps in zip(values, per_sample, strict=True)]
         out.append(vector_values(node, _call_on(node, fn, one), 1)[0])
@@ -302,12 +316,38 @@ def vector_values(node: Node, got: Any, n: int) -> list[Any]:
     """What a ``@vectorized`` node returned for ``n`` samples, as a list of ``n`` values
     (a tensor or array splits along its first dimension); an error if it is not that."""
     if isinstance(got, (str, bytes, dict)) or not hasattr(got, "__len__"):
-        raise TypeError(f"@vectorized node '{node.name}' returned {type(got).__name__}, not a sequence with one "
-                        "value per sample")
+        raise ReturnTypeError(f"@vectorized node '{node.name}' returned {type(got).__name__}, not a sequence with one "
+                              "value per sample\n  fix: return a list with one value per sample of the lists it is "
+                              "given, in order (or a tensor or array whose rows are those values)")
     if len(got) != n:
-        raise ValueError(f"@vectorized node '{node.name}' returned {len(got)} values for {n} "
-                         f"sample{'s' if n != 1 else ''}; it must return one value per sample, in order")
+        raise ReturnTypeError(f"@vectorized node '{node.name}' returned {len(got)} value{'s' if len(got) != 1 else ''} "
+                              f"for {n} "
+                              f"sample{'s' if n != 1 else ''}; it must return one value per sample, in order\n"
+                              f"  fix: return one value per sample of the lists it is given ({n} here), in order "
+                              "(a tensor or array: one row per sample)")
     return list(got)
+
+
+class ReturnTypeError(TypeError):
+    """A node returned a value its return annotation rules out (found on the first sample
+    of each chunk), or a ``@vectorized`` node not one value per sample. A fault of the
+    node, not of a sample, so raised under ``on_error="skip"`` too: skipping would leave out
+    every sample, one chunk's first at a time."""
+
+
+_RAISED: Any = object()
+
+
+def return_type_error(node: Node, value: Any) -> ReturnTypeError:
+    """The error of ``node`` returning ``value``, which its annotation rules out."""
+    got = type_name(type(value))
+    declared = (f"is @vectorized with values declared {type_name(node.type)}" if node.vectorized else
+                f"is declared '-> {type_name(node.type)}'")
+    return ReturnTypeError(
+        f"'{node.name}' {declared}, but returned {got} {short_repr(value, 60)}; its consumers were "
+        f"checked against {type_name(node.type)}\n"
+        f"  fix: make '{node.name}' return {type_name(node.type)}, or correct its annotation (to {got}?)"
+    )
 
 
 def failure_of(node: Node, index: int, item: Any, exc: BaseException) -> Failure:
@@ -326,6 +366,7 @@ def _failure(node: str, location: str, index: int, item: Any, exc: BaseException
         error=exc,
         traceback_text="".join(traceback.format_exception(type(exc), exc, exc.__traceback__)),
         reduction=reduction,
+        fatal=isinstance(exc, ReturnTypeError),
     )
 
 

@@ -102,7 +102,7 @@ class Recorder:
         """Records one failed sample: raises under ``"raise"``; under ``"skip"`` the sample is
         skipped (``counted``: it was counted as seen already, as a value a reduction in this
         process could not fold)."""
-        if self.skip:
+        if self.skip and not failure.fatal:
             self.record(group, pass_, -1 if counted else 0, {}, [failure], None, worker)
         else:
             self.record(group, pass_, 0, {}, [], failure, worker)

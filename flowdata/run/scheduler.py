@@ -56,11 +56,12 @@ from flowdata.run.cache import ReductionCache
 from flowdata.run.consumers import JobThread, Tee, call_collect, collect_arguments, reduce_all, run_jobs
 from flowdata.run.executors import InlineExecutor, resolve_executor
 from flowdata.run.folding import Folder
-from flowdata.run.kernel import ChunkResult, FoldSpec, PassSpec, failure_of
+from flowdata.run.kernel import ChunkResult, FoldSpec, PassSpec, failure_of, return_type_error
 from flowdata.run.passes import Engine, OnError, Recorder
 from flowdata.run.ranks import Ranks, skips_payload
 from flowdata.run.samplecache import SampleCache
 from flowdata.run.source import IndexSource, IterableSource, Source, as_source, call_source
+from flowdata.typecheck import contradicts
 
 __all__ = ["Run", "execute", "run_sample"]
 
@@ -111,9 +112,12 @@ class Run:
             node = self.graph.nodes[name]
             kwargs = self._whole_args(node)
             try:
-                self.values[name] = node.fn(**kwargs)
+                value = node.fn(**kwargs)
             except Exception as exc:
                 raise _node_error(node, exc) from exc.with_traceback(user_traceback(exc.__traceback__))
+            if contradicts(value, node.type):  # named here, not at the consumer it would break
+                raise _node_error(node, return_type_error(node, value))
+            self.values[name] = value
         elif role in (Role.COLLECT, Role.BATCH):
             group = self.plan.group(self.analysis.group_of[name])
             self._run_pass(group, group.pass_of(name))
@@ -478,13 +482,22 @@ def _batch_job(step: BatchStep, batch_size: int, group: str, tee: Tee, r: int) -
 
 
 def _nth(items: Iterable[tuple[int, Any]], index: int, source: str) -> Any:
-    """The item of sample ``index`` among ``(index, item)`` pairs in increasing order."""
+    """The item of sample ``index`` among ``(index, item)`` pairs in increasing order; past
+    the end, an error that says how many samples there are."""
+    count, last = 0, -1
     for i, item in items:
         if i == index:
             return item
         if i > index:
-            break
-    raise InputError(f"source '{source}' has no sample {index}: it ended before it")
+            raise InputError(f"source '{source}' has no sample {index}: its samples skip from {last} to {i}\n"
+                             "  fix: ask for one of the indices it has")
+        count, last = count + 1, i
+    if not count:
+        raise InputError(f"source '{source}' has no sample {index}: it yields no samples with these inputs\n"
+                         "  fix: check the inputs that say what it reads")
+    ends = f"0 to {last}" if last == count - 1 else f"up to {last}"
+    raise InputError(f"source '{source}' has no sample {index}: it has {count} sample{'s' if count != 1 else ''} "
+                     f"(indices {ends})\n  fix: ask for an index from {ends}")
 
 
 def _nothing() -> None:

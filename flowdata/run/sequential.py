@@ -16,14 +16,16 @@ error raised under the same ``on_error`` policy.
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
 from typing import Any
 
 from flowdata.node import Node
 from flowdata.run.deadline import SampleTimeout, guarded_calls
-from flowdata.run.kernel import Failure, PassSpec, failure_of, non_finite, vector_values
+from flowdata.run.kernel import Failure, PassSpec, failure_of, non_finite, return_type_error, vector_values
 from flowdata.sample import make_rng
+from flowdata.typecheck import contradicts
 
 __all__ = ["OneSample", "SequentialStream", "compile_pass"]
 
@@ -46,12 +48,13 @@ class OneSample:
 
 def compile_pass(
     nodes: Mapping[str, Node], spec: PassSpec, whole: Mapping[str, Any], timed: bool, single: str | None = None,
-    bounded: Callable[..., Callable[..., Any]] | None = None,
+    bounded: Callable[..., Callable[..., Any]] | None = None, checked: bool = False,
 ) -> tuple[Any, list[str]]:
     """A function ``(item, index, seconds) -> columns`` computing the pass for one sample.
 
     With ``timed``, it adds each node's time to ``seconds``; with ``single``, it returns
-    that column's value itself instead of the columns; with ``bounded`` (see
+    that column's value itself instead of the columns; with ``checked``, it checks each
+    value against its node's annotation (the first sample's); with ``bounded`` (see
     :func:`~flowdata.run.deadline.guarded_calls`), each node call under ``timeout=``. Returns the function and the
     node computed on each line of its body (line 2 is the first node), for naming the
     node that raised.
@@ -87,6 +90,10 @@ def compile_pass(
         call = f"v{k} = f{k}({', '.join(args)})"
         lines.append(f"    t = _pc(); {call}; seconds[{k}] += _pc() - t" if timed else f"    {call}")
         by_line.append(name)
+        if checked:
+            env[f"c{k}"] = functools.partial(_check, node)
+            lines.append(f"    c{k}(v{k})")
+            by_line.append(name)
         local[name] = f"v{k}"
     wanted = list(dict.fromkeys([*spec.want, *(f.column for f in spec.folds)]))
     body = ", ".join(f"{w!r}: [{local[w]}]" for w in wanted)
@@ -95,6 +102,11 @@ def compile_pass(
     code = compile(source, f"<flowdata pass {spec.number} of group {spec.group!r}{' timed' if timed else ''}>", "exec")
     exec(code, env)
     return env["one"], by_line
+
+
+def _check(node: Node, value: Any) -> None:
+    if contradicts(value, node.type):
+        raise return_type_error(node, value)
 
 
 def _first_of(node: Node, fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -172,6 +184,8 @@ class SequentialStream:
         items, exclude, report, failed = self._items, self._exclude, self._report, self._failed
         fast, by_line = compile_pass(nodes, spec, whole, timed=False, single=single, bounded=bounded)
         timed, _ = compile_pass(nodes, spec, whole, timed=True, single=single, bounded=bounded)
+        # The first sample computed whole is checked against the annotations (then no more).
+        checking: Any = compile_pass(nodes, spec, whole, timed=True, single=single, bounded=bounded, checked=True)
         seconds = [0.0] * len(spec.computes)
         folds = [(f.node, f.column) for f in spec.folds]
         drop = [f.column for f in spec.folds if f.column not in spec.want]
@@ -182,15 +196,17 @@ class SequentialStream:
                 if exclude and i in exclude:
                     continue
                 try:
-                    if countdown:
+                    if countdown and checking is None:
                         countdown -= 1
                         out = fast(item, i, seconds)
                     else:
                         countdown = _TIMED - 1
                         measured += 1
-                        out = timed(item, i, seconds)
+                        out = timed(item, i, seconds) if checking is None else checking[0](item, i, seconds)
+                        checking = None
                 except (Exception, SystemExit, SampleTimeout) as exc:  # sys.exit() in a node is its failure
-                    failed(failure_of(_failed_node(exc, by_line, nodes), i, item, exc))
+                    failed(failure_of(_failed_node(exc, by_line if checking is None else checking[1], nodes),
+                                      i, item, exc))
                     continue
                 delivered += 1  # before the hand-over: a consumer may stop the stream there
                 if single is not None:
