@@ -19,6 +19,7 @@ from typing import Any
 import torch
 from torch.utils.data import DataLoader as TorchDataLoader
 
+from flowdata.cache import say
 from flowdata.errors import FlowdataError, describe
 from flowdata.loader.accelerate import Prepared
 from flowdata.loader.datasets import BatchView, LaneDataset
@@ -288,6 +289,8 @@ class DataLoader(TorchDataLoader):  # type: ignore[type-arg]
         spec = self.flow_dataset.spec
         if batch.cache:
             self.recorder.report.add_cache(batch.cache)
+        if batch.notes:
+            say(batch.notes)
         try:
             self.recorder.record(spec.group, spec.number, len(batch.indices), batch.node_seconds, batch.skipped,
                                  batch.failure, batch.worker)

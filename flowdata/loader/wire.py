@@ -22,7 +22,7 @@ __all__ = ["INLINE_BYTES", "Batch", "CollateError", "collate"]
 class Batch:
     """What a worker sends back: the collated batch and what happened computing it."""
 
-    __slots__ = ("data", "indices", "skipped", "failure", "node_seconds", "worker", "error", "lane", "cache")
+    __slots__ = ("data", "indices", "skipped", "failure", "node_seconds", "worker", "error", "lane", "cache", "notes")
 
     def __init__(
         self,
@@ -35,6 +35,7 @@ class Batch:
         error: BaseException | None = None,
         lane: int | None = None,
         cache: dict[str, list[int]] | None = None,
+        notes: list[tuple[str, str, str]] | None = None,
     ):
         self.data = data
         self.indices = indices
@@ -45,6 +46,7 @@ class Batch:
         self.error = error  # a flowdata error raised outside the samples (a failing source)
         self.lane = lane  # the lane of a stream in shards it belongs to (flowdata.loader.lanes)
         self.cache = cache or {}  # the sample cache's counts (hits, misses, bytes) per cached node
+        self.notes = notes or []  # the sample cache's warnings, said once by the loader (flowdata.cache.say)
 
     def __getitem__(self, key: Any) -> Any:
         # Reached only by code that iterates the loader's torch pipeline without the
@@ -62,14 +64,14 @@ class Batch:
     def of(cls, result: ChunkResult, data: Any) -> Batch:
         """A batch of a computed chunk, carrying ``data`` (collated or rows)."""
         return cls(data, list(result.indices), result.skipped, result.failure, result.node_seconds, result.worker,
-                   cache=result.cache)
+                   cache=result.cache, notes=result.notes)
 
     def __reduce__(self) -> Any:
         # Small tensors travel inline through the pipe as numpy arrays: torch's shared-memory
         # hand-off (a file descriptor per storage, received, opened and mapped) costs hundreds
         # of µs per tensor, far more than copying a few KB.
         return (_rebuild_batch, (_to_wire(self.data), self.indices, self.skipped, self.failure,
-                                 self.node_seconds, self.worker, self.error, self.lane, self.cache))
+                                 self.node_seconds, self.worker, self.error, self.lane, self.cache, self.notes))
 
     def pin_memory(self) -> Batch:
         """Pins the batch's tensors (used by the DataLoader's pin-memory thread)."""
