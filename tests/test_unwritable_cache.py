@@ -5,44 +5,40 @@ naming the ``cache_dir``, and leaves nothing partial there. Also: a damaged segm
 several workers meet is warned about once, and the pass cache over a
 ``datasets.IterableDataset`` hits in a new process.
 
-Root ignores permission bits, so a read-only folder is tried in a forked child that drops
-to the user ``nobody`` when the tests run as root (as the folder's owner otherwise); a full
-disk is a forked child whose file size limit (``RLIMIT_FSIZE``, with ``SIGXFSZ`` ignored)
-makes a write past it fail with ``EFBIG``, as ``ENOSPC`` would.
+Root ignores permission bits, so a read-only folder is tried in a fresh process
+(:mod:`tests.cache_cases.unwritable_child`) that drops to the user ``nobody`` when the tests
+run as root (as the folder's owner otherwise), after a first run that imports what the run
+needs; a full disk is a process whose file size limit (``RLIMIT_FSIZE``, with ``SIGXFSZ``
+ignored) makes a write past it fail with ``EFBIG``, as ``ENOSPC`` would.
 """
 
 from __future__ import annotations
 
 import gc
 import glob
-import hashlib
+import json
 import logging
-import multiprocessing
 import os
-import resource
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
-import traceback
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.ipc  # noqa: F401  # imported before a child drops its rights
 import pytest
 import torch
 
 import flowdata as fd
 from flowdata.run import samplecache
 from tests.cache_cases import images
+from tests.cache_cases.unwritable_child import run as _run
 
 ROOT = Path(__file__).resolve().parent.parent
 N = 40
-NOBODY = 65534
 
 
 @pytest.fixture()
@@ -75,29 +71,6 @@ def _images(folder: Path, side: int) -> Path:
     return data
 
 
-def _digest(tensors: list[torch.Tensor]) -> str:
-    return hashlib.sha256(b"".join(t.contiguous().numpy().tobytes() for t in tensors)).hexdigest()
-
-
-def _run(data: str, cache: str | None, workers: int) -> dict[str, Any]:
-    """Statistics with ``execute()`` and one epoch of a loader over them, both caching the
-    decoded images (``cache=``) and the statistics pass (``cache_dir=``); the loader's source
-    is a generator, so its items go to an Arrow index under ``cache_dir``."""
-    dr = fd.Builder().with_modules(images).build()
-    kw: dict[str, Any] = dict(cache_dir=cache, cache=["decoded"]) if cache is not None else {}
-    report = fd.Report()
-    executor = fd.ProcessExecutor(num_workers=workers) if workers else None
-    try:
-        stats = dr.execute(["stats"], inputs={"folder": data}, executor=executor, report=report, **kw)["stats"]
-    finally:
-        if executor is not None:
-            executor.close()
-    loader = dr.dataloader(["normalized"], inputs={"folder": data}, batch_size=8, num_workers=workers, **kw)
-    batches = [b["normalized"] for b in loader]
-    return {"stats": _digest([stats.mean, stats.var]), "epoch": _digest(batches),
-            "samples": sum(len(b) for b in batches), "execute": report.cache, "loader": loader.report.cache}
-
-
 class _Said(logging.Handler):
     def __init__(self) -> None:
         super().__init__(logging.WARNING)
@@ -107,43 +80,20 @@ class _Said(logging.Handler):
         self.messages.append(f"{record.name}: {record.getMessage()}")
 
 
-def _child(fn: Callable[..., Any], args: tuple[Any, ...], warm: Callable[[], Any] | None, drop: bool,
-           fsize: int | None, log: str, queue: Any) -> None:
-    try:
-        os.environ["FD_CACHE_LOG"] = log
-        if warm is not None:
-            warm()
-        if drop and os.geteuid() == 0:
-            os.setgid(NOBODY)
-            os.setuid(NOBODY)
-        if fsize is not None:
-            signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails with EFBIG
-            resource.setrlimit(resource.RLIMIT_FSIZE, (fsize, resource.getrlimit(resource.RLIMIT_FSIZE)[1]))
-        said = _Said()
-        logging.getLogger("flowdata").addHandler(said)
-        samplecache.forget()
-        out = fn(*args)
-        queue.put(("ok", out, said.messages))
-    except BaseException:
-        queue.put(("error", traceback.format_exc(), []))
-
-
-def in_child(fn: Callable[..., Any], *args: Any, warm: Callable[[], Any] | None = None, drop: bool = False,
-             fsize: int | None = None, log: str = os.devnull) -> tuple[Any, list[str]]:
-    """``fn(*args)`` in a forked child (as ``nobody`` when ``drop`` and root; with a file size
-    limit of ``fsize`` bytes): what it returned, and the warnings logged there. ``warm`` runs
-    first, before the child drops its rights: a run where it may write, so that every module
-    the run imports is imported (``nobody`` cannot read root's installation)."""
-    ctx = multiprocessing.get_context("fork")
-    queue = ctx.Queue()
-    child = ctx.Process(target=_child, args=(fn, args, warm, drop, fsize, log, queue))
-    child.start()
-    try:
-        kind, out, said = queue.get(timeout=600)
-    finally:
-        child.join(30)
-    assert kind == "ok", out
-    return out, said
+def in_child(scenario: str, *args: Any, warm: tuple[Any, ...] | None = None, drop: bool = False,
+             fsize: int | None = None, log: str | None = None) -> tuple[Any, list[str]]:
+    """A scenario of :mod:`tests.cache_cases.unwritable_child` in a fresh process (as
+    ``nobody`` when ``drop`` and root, after a ``warm`` run; with a file size limit of
+    ``fsize`` bytes): what it returned, and the warnings logged there."""
+    spec = {"scenario": scenario, "args": list(args), "warm": list(warm) if warm else None, "drop": drop,
+            "fsize": fsize, "log": log}
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    done = subprocess.run([sys.executable, "-m", "tests.cache_cases.unwritable_child", json.dumps(spec)], cwd=ROOT,
+                          env=env, capture_output=True, text=True, timeout=600)
+    lines = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]
+    assert done.returncode == 0 and lines, done.stderr[-4000:]
+    got = json.loads(lines[-1][len("RESULT "):])
+    return got["out"], got["said"]
 
 
 def read_only(folder: Path) -> None:
@@ -174,8 +124,8 @@ def test_a_read_only_cache_dir_warns_once_and_the_run_computes_everything(open_f
     cache = open_folder / "cache"
     cache.mkdir()
     read_only(cache)
-    got, said = in_child(_run, str(data), str(cache), workers, drop=True,
-                         warm=lambda: _run(str(data), str(open_folder / "warm"), workers))
+    got, said = in_child("run", str(data), str(cache), workers, drop=True,
+                         warm=(str(data), str(open_folder / "warm"), workers))
     assert (got["stats"], got["epoch"], got["samples"]) == (want["stats"], want["epoch"], N)
     assert len(about(said, cache)) == 1, said  # the pass cache, the samples and the index: one warning
     assert said == about(said, cache), said
@@ -194,8 +144,8 @@ def test_a_read_only_cache_dir_that_holds_entries_is_read(open_folder: Path) -> 
     before = files_under(cache)
     read_only(cache)
     log = open_folder / "log" / "decoded.log"
-    got, said = in_child(_run, str(data), str(cache), 2, drop=True, log=str(log),
-                         warm=lambda: (_run(str(data), str(open_folder / "warm"), 2), log.unlink()))
+    got, said = in_child("run", str(data), str(cache), 2, drop=True, log=str(log),
+                         warm=(str(data), str(open_folder / "warm"), 2))
     assert (got["stats"], got["epoch"], got["samples"]) == (want["stats"], want["epoch"], N)
     assert _decoded(log) == []  # every image read back: the statistics pass loaded, the epoch hit
     assert got["loader"]["decoded"]["hits"] == N and got["loader"]["decoded"]["misses"] == 0
@@ -214,7 +164,7 @@ def test_a_full_cache_dir_warns_once_and_leaves_nothing_partial(open_folder: Pat
     data = _images(open_folder, 48)
     want = _run(str(data), None, 0)
     cache = open_folder / "cache"
-    got, said = in_child(_run, str(data), str(cache), workers, fsize=40_000)
+    got, said = in_child("run", str(data), str(cache), workers, fsize=40_000)
     assert (got["stats"], got["epoch"], got["samples"]) == (want["stats"], want["epoch"], N)
     assert len(about(said, cache)) == 1 and said == about(said, cache), said
     assert "File too large" in said[0]
@@ -238,40 +188,12 @@ def test_a_full_cache_dir_warns_once_and_leaves_nothing_partial(open_folder: Pat
     assert again["execute"]["decoded"]["hits"] >= stored > 0
 
 
-def _index_flow(tmp: Path) -> Any:
-    source = '''
-from flowdata import Parallel
-
-def item(n: int) -> Parallel[str]:
-    yield from (f"{i:06d}" for i in range(n))
-
-def number(item: str) -> int:
-    return int(item)
-'''
-    (tmp / "index_flow.py").write_text(source)
-    sys.path.insert(0, str(tmp))
-    try:
-        import index_flow
-    finally:
-        sys.path.remove(str(tmp))
-    return fd.Builder().with_modules(index_flow).build()
-
-
-def _index_epoch(dr: fd.Driver, cache: str, n: int, workers: int) -> dict[str, Any]:
-    loader = dr.dataloader(["number"], inputs={"n": n}, cache_dir=cache, batch_size=20_000, num_workers=workers)
-    numbers = [v for b in loader for v in b["number"].tolist()]
-    mine = glob.glob(os.path.join(tempfile.gettempdir(), f"flowdata-index-{os.getpid()}-*"))
-    return {"ok": numbers == list(range(n)), "samples": len(numbers), "scratch": mine}
-
-
 @pytest.mark.parametrize("workers", [0, 2])
-def test_an_index_that_no_folder_can_take_is_kept_in_memory(tmp_path: Path, open_folder: Path,
-                                                           workers: int) -> None:
+def test_an_index_that_no_folder_can_take_is_kept_in_memory(open_folder: Path, workers: int) -> None:
     # 150,000 items: the first Arrow batch (65,536 items) is written, the second passes the
     # limit -- in cache_dir and in the temporary folder alike. What was written is read back.
-    dr = _index_flow(tmp_path)
     cache = open_folder / "cache"
-    got, said = in_child(_index_epoch, dr, str(cache), 150_000, workers, fsize=800_000)
+    got, said = in_child("index", str(cache), 150_000, workers, fsize=800_000)
     assert got == {"ok": True, "samples": 150_000, "scratch": []}
     assert len(about(said, cache)) == 1, said
     memory = [m for m in said if "kept in memory" in m]
@@ -289,13 +211,20 @@ def test_a_file_in_the_way_of_the_cache_dir(open_folder: Path, workers: int,
     want = _run(str(data), None, 0)
     blocker = open_folder / "cache"
     blocker.write_text("not a folder")
+    first = str(sorted(data.iterdir())[0])
+    dr = fd.Builder().with_modules(images).build()
     with caplog.at_level(logging.WARNING, logger="flowdata"):
         got = _run(str(data), str(blocker), workers)
+        one = dr.run_sample(["scaled"], item=first, cache=["decoded"], cache_dir=blocker)["scaled"]
+        ds = dr.dataset(["scaled"], inputs={"folder": str(data)}, cache=["decoded"], cache_dir=blocker)
+        row = ds[0]["scaled"]
+    assert torch.equal(one, row) and torch.equal(one, images.scaled(images.decoded(first)))
     assert (got["stats"], got["epoch"], got["samples"]) == (want["stats"], want["epoch"], N)
     said = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
     assert len(said) == 1 and "cannot be written" in said[0] and str(blocker) in said[0], said
     assert blocker.read_text() == "not a folder"
-    gc.collect()  # the loader's index, in a temporary folder, goes with it
+    del ds
+    gc.collect()  # the indexes, in temporary folders, go with the loader and the dataset
     assert not glob.glob(os.path.join(tempfile.gettempdir(), f"flowdata-index-{os.getpid()}-*"))
 
 
