@@ -38,7 +38,7 @@ from typing import Any
 
 from flowdata.digest import digest
 
-__all__ = ["PassCache", "digest", "fingerprint_items"]
+__all__ = ["Note", "PassCache", "digest", "fingerprint_items", "say", "unwritable"]
 
 log = logging.getLogger("flowdata.cache")
 
@@ -55,7 +55,11 @@ def _feed_hf(h: Any, value: Any) -> None:
     from datasets.fingerprint import Hasher
 
     try:  # a stream: its generator's code and arguments (its rows are fingerprinted as a source's items)
-        h.update(f"datasets:{type(value).__qualname__}:{Hasher.hash(value)};".encode())
+        # Less the file systems ``datasets`` keeps for its workers (``HfFileSystem._cache``):
+        # instances whose pickle differs in every process, so a key that held them would
+        # never hit in a new process.
+        state = {k: v for k, v in vars(value).items() if not k.endswith("__hffs_cache")}
+        h.update(f"datasets:{type(value).__qualname__}:{Hasher.hash(state)};".encode())
     except Exception:
         h.update(f"pickle:{type(value).__qualname__}:".encode())
         h.update(pickle.dumps(value, protocol=4))
@@ -171,14 +175,31 @@ class PassCache:
                 log.info("cache entry %s was stored by another process meanwhile; keeping it", entry)
             return entry
         except OSError as exc:
-            if self.directory not in _WARNED:
-                _WARNED.add(self.directory)
-                log.warning("cache_dir %s cannot be written (%s: %s); going on without caching",
-                            self.directory, type(exc).__name__, exc)
+            say([unwritable(self.directory, exc)])
             return None
         finally:
             if tmp is not None:
                 shutil.rmtree(tmp, ignore_errors=True)
 
 
-_WARNED: set[str] = set()
+Note = tuple[str, str, str]
+"""A warning to give once per process: (logger, what it is about, message). Made where a
+cache is read or written -- maybe a worker process -- and said where the run is driven
+(:func:`say`), so that several workers meeting one fault give one warning."""
+
+_SAID: set[str] = set()
+
+
+def say(notes: Iterable[Note]) -> None:
+    """Logs each note as a warning, unless one about the same thing was logged in this process."""
+    for logger, about, message in notes:
+        if about not in _SAID:
+            _SAID.add(about)
+            logging.getLogger(logger).warning("%s", message)
+
+
+def unwritable(directory: str, exc: BaseException) -> Note:
+    """The note that ``directory`` (a ``cache_dir``) cannot be written: one per ``cache_dir``
+    and process, whichever of its caches (passes, samples, a loader's index) found it."""
+    return ("flowdata.cache", f"unwritable:{os.path.abspath(directory)}",
+            f"cache_dir {directory} cannot be written ({type(exc).__name__}: {exc}); going on without caching")

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import logging
 import os
-import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -92,21 +91,6 @@ def _statistics_executor(options: LoaderOptions) -> tuple[Executor, bool]:
         method = getattr(ctx, "get_start_method", lambda: ctx)()
         return ProcessExecutor(options.num_workers, start_method=method), True
     return InlineExecutor(), True
-
-
-def _writable(directory: str | None) -> str | None:
-    """``directory`` if an index can be written there, else None (a temporary folder)."""
-    if directory is None:
-        return None
-    try:
-        os.makedirs(directory, exist_ok=True)
-        with tempfile.TemporaryFile(dir=directory):
-            pass
-    except OSError as exc:
-        _log.warning("cache_dir %s cannot be written (%s: %s); the index goes to a temporary folder",
-                     directory, type(exc).__name__, exc)
-        return None
-    return directory
 
 
 def _refuse_split_by_node(source: str, opened: object, options: LoaderOptions) -> None:
@@ -239,7 +223,7 @@ def build_dataset(
                 return None, opened
             if streaming:
                 return None, None
-            index = indexed(opened, _writable(cache_dir))
+            index = indexed(opened, cache_dir)  # elsewhere when cache_dir cannot take it
             run.use_source(group.source, index)
             if ranks is not None:  # what the ranks compare before the samples are dealt
                 printed.append(items_print(index.items))

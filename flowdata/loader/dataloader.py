@@ -20,6 +20,7 @@ from typing import Any
 import torch
 from torch.utils.data import DataLoader as TorchDataLoader
 
+from flowdata.cache import say
 from flowdata.errors import FlowdataError, describe
 from flowdata.loader.accelerate import Prepared
 from flowdata.loader.datasets import BatchView, LaneDataset
@@ -340,6 +341,8 @@ class DataLoader(TorchDataLoader):  # type: ignore[type-arg]
             self._padding_seen[self._served] = batch.padding
         if batch.remainder >= 0:
             self._stream_remainder = batch.remainder
+        if batch.notes:
+            say(batch.notes)
         try:
             self.recorder.record(spec.group, spec.number, len(batch.indices), batch.node_seconds, batch.skipped,
                                  batch.failure, batch.worker)

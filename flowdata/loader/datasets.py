@@ -120,13 +120,17 @@ class PassWork:
                 )
                 error.__cause__ = err.cause
                 return Batch(None, list(result.indices), result.skipped, None, result.node_seconds, result.worker,
-                             error=error, cache=result.cache)
+                             error=error, cache=result.cache, notes=result.notes)
         out = Batch.of(result, data)
         out.padding, out.remainder = padding, remainder
         return out
 
     def _rows(self, result: ChunkResult) -> list[dict[str, Any]]:
         """One dict of outputs per sample; a failing or skipped sample raises ``SampleError``."""
+        if result.notes:  # no loader around it (dataset() under a plain DataLoader): said here
+            from flowdata.cache import say
+
+            say(result.notes)
         failure = result.failure or (result.skipped[0] if result.skipped else None)
         if failure is not None:
             raise self.error(failure, result.worker)

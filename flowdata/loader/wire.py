@@ -23,7 +23,7 @@ class Batch:
     """What a worker sends back: the collated batch and what happened computing it."""
 
     __slots__ = ("data", "indices", "skipped", "failure", "node_seconds", "worker", "error", "lane", "cache",
-                 "padding", "remainder")
+                 "padding", "remainder", "notes")
 
     def __init__(
         self,
@@ -38,6 +38,7 @@ class Batch:
         cache: dict[str, list[int]] | None = None,
         padding: int = 0,
         remainder: int = -1,
+        notes: list[tuple[str, str, str]] | None = None,
     ):
         self.data = data
         self.indices = indices
@@ -50,6 +51,7 @@ class Batch:
         self.cache = cache or {}  # the sample cache's counts (hits, misses, bytes) per cached node
         self.padding = padding  # its last rows that repeat a sample to even out the ranks
         self.remainder = remainder  # a stream's last batch, evened: samples of the last round (else -1)
+        self.notes = notes or []  # the sample cache's warnings, said once by the loader (flowdata.cache.say)
 
     def __getitem__(self, key: Any) -> Any:
         # Reached only by code that iterates the loader's torch pipeline without the
@@ -67,7 +69,7 @@ class Batch:
     def of(cls, result: ChunkResult, data: Any) -> Batch:
         """A batch of a computed chunk, carrying ``data`` (collated or rows)."""
         return cls(data, list(result.indices), result.skipped, result.failure, result.node_seconds, result.worker,
-                   cache=result.cache)
+                   cache=result.cache, notes=result.notes)
 
     def __reduce__(self) -> Any:
         # Small tensors travel inline through the pipe as numpy arrays: torch's shared-memory
@@ -75,7 +77,7 @@ class Batch:
         # of µs per tensor, far more than copying a few KB.
         return (_rebuild_batch, (_to_wire(self.data), self.indices, self.skipped, self.failure,
                                  self.node_seconds, self.worker, self.error, self.lane, self.cache,
-                                 self.padding, self.remainder))
+                                 self.padding, self.remainder, self.notes))
 
     def pin_memory(self) -> Batch:
         """Pins the batch's tensors (used by the DataLoader's pin-memory thread)."""

@@ -120,7 +120,9 @@ class ChunkResult:
     time spent in each node; ``sample_bytes`` an estimate of one sample's memory (its item
     and every computed value), for chunk sizing. ``items`` are the delivered samples' items,
     set in the main process (they travel back from a worker only for a task that read a
-    shard there, :func:`~flowdata.run.worker.run_shard`).
+    shard there, :func:`~flowdata.run.worker.run_shard`). ``notes`` are the sample cache's
+    warnings (a damaged segment, a folder that cannot be written), said once where the run
+    is driven (:func:`flowdata.cache.say`).
     """
 
     indices: Sequence[int]
@@ -135,6 +137,7 @@ class ChunkResult:
     sample_bytes: int = 0
     items: Sequence[Any] = ()
     cache: dict[str, list[int]] = field(default_factory=dict)
+    notes: list[tuple[str, str, str]] = field(default_factory=list)
 
 
 def _call_kw(fn: Callable[..., Any], names: tuple[str, ...], values: tuple[Any, ...]) -> Any:
@@ -170,6 +173,10 @@ def run_chunk(
     with guarded_calls(spec.timeout, spec.watch if worker != "main" else None) as bounded:
         result, skipped = _compute_all(nodes, spec, whole, indices, items, worker, skip, bounded, span)
     result.span, result.skipped = span, skipped
+    if spec.cache:
+        from flowdata.run.samplestore import take_notes
+
+        result.notes = take_notes()
     if spec.folds and result.failure is None:
         for fold in spec.folds:
             if fold.column not in spec.want:

@@ -27,6 +27,7 @@ from collections import deque
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, Literal
 
+from flowdata.cache import say
 from flowdata.discover import Program
 from flowdata.errors import InputError, NodeError, SampleError
 from flowdata.node import Node
@@ -111,6 +112,8 @@ class Recorder:
         """Records a chunk; raises its failure, if it has one."""
         if result.cache:
             self.report.add_cache(result.cache)
+        if result.notes:
+            say(result.notes)
         self.record(group, pass_, len(result.indices), result.node_seconds, result.skipped, result.failure,
                     result.worker)
         return result

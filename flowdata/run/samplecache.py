@@ -314,6 +314,11 @@ class ChunkCache:
         return None
 
     def flush(self) -> None:
-        """Writes the queued values (one segment per cached node)."""
+        """Writes the queued values (one segment per cached node); those a folder that cannot
+        be written did not take are counted as not cached."""
         for c in self.cached.values():
-            store_for(c).flush()
+            lost, size = store_for(c).flush()
+            if lost:
+                counts = self.counts[c.name]
+                counts[3] -= min(size, counts[3])  # records queued by an earlier chunk may be among them
+                counts[4] += lost

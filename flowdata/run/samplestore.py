@@ -25,13 +25,20 @@ header and its bytes, after its CRC-32 matches. A segment whose index does
 not check out (truncated, overwritten, foreign), or holds a record whose bytes do not
 match its checksum, is left out whole and removed: logged once with its path, its samples
 are computed again and written anew.
+
+A folder that cannot be written (read-only, a full disk, a file in the way) leaves nothing
+behind (a segment is written to a temporary name and renamed into place, or removed) and
+gives one warning naming the ``cache_dir``; the values go on being computed, counted as
+``not_cached``, and what the folder holds is still read. Both warnings are *notes*
+(:data:`flowdata.cache.Note`) that travel with the chunk's result to the process driving
+the run, which logs each once (:func:`take_notes`): several workers meeting one damaged
+segment or one full disk give one warning, in the main process.
 """
 
 from __future__ import annotations
 
 import enum
 import json
-import logging
 import mmap
 import os
 import struct
@@ -40,9 +47,8 @@ import uuid
 import zlib
 from typing import Any
 
-__all__ = ["MISS", "NotImported", "SampleStore", "decode_value", "disk_use", "encode_value"]
+__all__ = ["MISS", "NotImported", "SampleStore", "decode_value", "disk_use", "encode_value", "take_notes"]
 
-_log = logging.getLogger("flowdata")
 
 _MAGIC, _END = b"FDSAMPLE1\n", b"FDSEGEND\n"
 _FOOTER = struct.Struct("<QI")
@@ -261,6 +267,17 @@ def _decode_tensor(tree: Any, body: bytes | memoryview, at: list[int]) -> Any:
 
 
 _SIZES: dict[str, int] = {}  # segment path -> size (segments never change once in place)
+_NOTES: list[tuple[str, str, str]] = []  # this process's notes not yet sent (see the module docstring)
+
+
+def take_notes() -> list[tuple[str, str, str]]:
+    """The warnings this process's stores made since the last call (to be said once, where
+    the run is driven: :func:`flowdata.cache.say`)."""
+    if not _NOTES:
+        return []
+    notes = _NOTES[:]
+    del _NOTES[:]
+    return notes
 
 
 def disk_use(root: str) -> int:
@@ -311,6 +328,7 @@ class SampleStore:
         self._pending: list[tuple[str, bytes]] = []
         self._written = 0
         self._warned: set[str] = set()
+        self._unwritable = False  # a write failed in this process: values are no longer queued
 
     # --- reading ----------------------------------------------------------------------------
 
@@ -379,8 +397,8 @@ class SampleStore:
             del self._index[key]
         if path not in self._warned:
             self._warned.add(path)
-            _log.warning("sample cache segment %s is damaged (%s): its samples are computed again and written anew",
-                         path, why)
+            _NOTES.append(("flowdata", f"damaged:{path}", f"sample cache segment {path} is damaged ({why}): "
+                           "its samples are computed again and written anew"))
         try:
             os.remove(path)
         except OSError:
@@ -390,21 +408,27 @@ class SampleStore:
 
     def put(self, key: str, body: bytes) -> bool:
         """Queues one record (an encoded value) for the next :meth:`flush`; False when it
-        would pass ``max_bytes`` (not cached)."""
+        would pass ``max_bytes``, or the folder cannot be written (not cached)."""
+        if self._unwritable:
+            return False
         if self.max_bytes is not None and self._used + self._written + len(body) > self.max_bytes:
             return False
         self._pending.append((key, body))
         self._written += len(body)
         return True
 
-    def flush(self) -> None:
-        """Writes the queued records as one segment, renamed into place in one step."""
+    def flush(self) -> tuple[int, int]:
+        """Writes the queued records as one segment, renamed into place in one step.
+
+        Returns:
+            The records and bytes that could not be written (0, 0 when all were): the
+            folder cannot be written, which is noted once (see the module docstring);
+            nothing partial is left and later values are not queued.
+        """
         if not self._pending:
-            return
+            return 0, 0
         pending, self._pending = self._pending, []
-        self._used += self._written
-        self._written = 0
-        os.makedirs(self.folder, exist_ok=True)
+        written, self._written = self._written, 0
         name = f"{os.getpid()}-{uuid.uuid4().hex}.seg"
         tmp = os.path.join(self.folder, f".{name}.tmp")
         entries = []
@@ -417,17 +441,23 @@ class SampleStore:
         index = json.dumps(entries, separators=(",", ":")).encode()
         parts += [index, _FOOTER.pack(len(index), zlib.crc32(index)), _END]
         try:
+            os.makedirs(self.folder, exist_ok=True)
             with open(tmp, "wb") as f:
                 for p in parts:
                     f.write(p)
             os.replace(tmp, os.path.join(self.folder, name))
         except OSError as exc:
-            _log.warning("sample cache %s cannot be written (%s: %s); these samples are not cached",
-                         self.folder, type(exc).__name__, exc)
+            from flowdata.cache import unwritable
+
             try:
-                os.remove(tmp)
+                os.remove(tmp)  # nothing partial is left
             except OSError:
                 pass
+            self._unwritable = True
+            _NOTES.append(unwritable(os.path.dirname(os.path.dirname(self.folder)), exc))
+            return len(pending), written
+        self._used += written
+        return 0, 0
 
     def close(self) -> None:
         """Flushes, and lets go of the mapped segments."""

@@ -458,20 +458,48 @@ def indexed(source: Source, directory: str | None) -> IndexSource:
     return IndexSource(source.node, _write_index(source.open(), directory, source.node.name))
 
 
-def _write_index(items: Iterable[Any], directory: str | None, name: str) -> ArrowIndex:
-    """An Arrow index of ``items`` (in a scratch folder, removed with it, when None).
+def _write_index(items: Iterable[Any], directory: str | None, name: str) -> ItemIndex:
+    """An index of ``items``: an Arrow file under ``directory`` (a ``cache_dir``: the file
+    stays), else in a scratch folder (removed with the index), else in memory.
 
     A scratch folder (see :mod:`flowdata.run.scratch`) is removed when the index is
     collected, at exit, on SIGTERM, when writing it fails, and -- after a kill -- by the
-    next run.
+    next run. A place that cannot take the file (read-only, a full disk, a file in the
+    way) loses nothing: the part written is read back from the file, which is removed,
+    and the write goes on at the next place -- the source is read once. A ``cache_dir``
+    that cannot be written gives its one warning (:func:`flowdata.cache.unwritable`); an
+    index kept in memory (no folder took it) gives one naming the temporary folder.
     """
+    from flowdata.cache import say, unwritable
+
+    made = _Batches(iter(items), name)
+    batches: Iterator[Any] = iter(made)
     if directory is not None:
-        return _write_arrow(iter(items), directory, name)
-    folder = scratch.make("index")
+        try:
+            return _write_arrow(batches, directory, made)
+        except _Unwritten as failed:
+            say([unwritable(directory, failed.error)])
+            batches = failed.rest
+    folder: str | None = None
     try:
-        index = _write_arrow(iter(items), folder, name)
+        folder = scratch.make("index")
+        index = _write_arrow(batches, folder, made)
+    except (_Unwritten, OSError) as failed:
+        if folder is not None:
+            scratch.remove(folder)
+        error = failed.error if isinstance(failed, _Unwritten) else failed
+        if isinstance(failed, _Unwritten):
+            batches = failed.rest
+        import logging
+
+        logging.getLogger("flowdata").warning(
+            "the index of source '%s' is kept in memory: no folder could take it (the temporary folder %s: %s: "
+            "%s); DataLoader workers copy what they read of it", name, folder or "", type(error).__name__, error)
+        rows = [row for batch in batches for row in batch.column(0).to_pylist()]
+        return SequenceIndex([tuple(v.values()) for v in rows] if made.as_tuple else rows)
     except BaseException:
-        scratch.remove(folder)
+        if folder is not None:
+            scratch.remove(folder)
         raise
     # A temporary index lives as long as the index object in this process (workers,
     # which hold copies, stop before the loader that owns it is collected).
@@ -479,56 +507,115 @@ def _write_index(items: Iterable[Any], directory: str | None, name: str) -> Arro
     return index
 
 
-def _write_arrow(items: Iterable[Any], folder: str, name: str) -> ArrowIndex:
-    import pyarrow as pa
+class _Batches:
+    """The items as Arrow record batches of one column, ``item`` (one type throughout)."""
 
-    os.makedirs(folder, exist_ok=True)
-    fd, path = tempfile.mkstemp(prefix=f"{name}-", suffix=".arrow", dir=folder)
-    os.close(fd)
-    it = iter(items)
-    writer = None
-    schema = None
-    length = 0
-    as_tuple = False
-    try:
+    def __init__(self, items: Iterator[Any], name: str):
+        self.items = items
+        self.name = name
+        self.as_tuple = False
+        self.length = 0
+        self.type: Any = None
+
+    def __iter__(self) -> Iterator[Any]:
+        import pyarrow as pa
+
         while True:
-            batch = list(islice(it, _BATCH))
+            batch = list(islice(self.items, _BATCH))
             if not batch:
-                break
-            if writer is None:
-                as_tuple = isinstance(batch[0], tuple)
-            if as_tuple:
-                batch = [_tuple_row(x, name, length + i) for i, x in enumerate(batch)]
+                return
+            if self.type is None:
+                self.as_tuple = isinstance(batch[0], tuple)
+            if self.as_tuple:
+                batch = [_tuple_row(x, self.name, self.length + i) for i, x in enumerate(batch)]
             try:
-                array = pa.array(batch) if schema is None else pa.array(batch, type=schema.field(0).type)
+                array = pa.array(batch) if self.type is None else pa.array(batch, type=self.type)
             except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError) as exc:
                 raise FlowdataError(
-                    f"source '{name}' yields items an Arrow index cannot hold "
+                    f"source '{self.name}' yields items an Arrow index cannot hold "
                     f"(first item: {short_repr(batch[0])}): {exc}\n"
                     "  fix: yield light descriptions of samples — a path string, or a dict of "
                     "str/int/float (e.g. {'path': 'a.wav', 'label': 3}) — and load data in a "
                     "per-sample node, or return a list from the source to use it as the index"
                 ) from exc
-            if writer is None:
-                schema = pa.schema([pa.field("item", array.type)])
-                writer = pa.ipc.new_file(path, schema)
-            writer.write_batch(pa.record_batch([array], names=["item"]))
-            length += len(batch)
-        if writer is None:
-            writer = pa.ipc.new_file(path, pa.schema([pa.field("item", pa.null())]))
+            self.type = array.type
+            self.length += len(batch)
+            yield pa.record_batch([array], names=["item"])
+
+
+class _Unwritten(Exception):
+    """A folder could not take an index: the error, and every batch still to write (those
+    the removed file held first)."""
+
+    def __init__(self, error: OSError, rest: Iterator[Any]):
+        super().__init__(error)
+        self.error, self.rest = error, rest
+
+
+def _write_arrow(batches: Iterator[Any], folder: str, made: _Batches) -> ArrowIndex:
+    """Writes ``batches`` to a new Arrow file in ``folder``. Raises :class:`_Unwritten` when
+    the folder cannot take it; nothing partial is left either way."""
+    import pyarrow as pa
+
+    path: str | None = None
+    writer: Any = None
+    done = 0
+    batch: Any = None
+    try:
+        try:
+            os.makedirs(folder, exist_ok=True)
+            fd, path = tempfile.mkstemp(prefix=f"{made.name}-", suffix=".arrow", dir=folder)
+            os.close(fd)
+        except OSError as exc:
+            raise _Unwritten(exc, batches) from exc
+        while True:
+            batch = next(batches, None)  # a failing source raises here, as it is
+            try:
+                if batch is None:
+                    if writer is None:
+                        writer = pa.ipc.new_file(path, pa.schema([pa.field("item", pa.null())]))
+                    writer, closing = None, writer
+                    closing.close()  # writes the footer: may fail too
+                    return ArrowIndex(path, made.length, made.as_tuple)
+                if writer is None:
+                    writer = pa.ipc.new_file(path, batch.schema)
+                writer.write_batch(batch)
+            except OSError as exc:
+                raise _Unwritten(exc, _read_back(path, done, batch, batches)) from exc
+            done += 1
     except BaseException:
         if writer is not None:
-            writer.close()
-            writer = None
-        try:
-            os.remove(path)  # nothing partial is left behind
-        except OSError:
-            pass
+            try:
+                writer.close()
+            except Exception:
+                pass  # the write failed already: the file goes
+        if path is not None:
+            try:
+                os.remove(path)  # nothing partial is left behind
+            except OSError:
+                pass
         raise
-    finally:
-        if writer is not None:
-            writer.close()
-    return ArrowIndex(path, length, as_tuple)
+
+
+def _read_back(path: str, done: int, failed: Any, rest: Iterator[Any]) -> Iterator[Any]:
+    """The ``done`` batches a partly written Arrow file holds (mapped before the caller
+    removes the file), then ``failed`` (the batch being written), then ``rest``."""
+    import pyarrow as pa
+
+    reader = None
+    if done:
+        # An IPC file is 8 bytes of magic, then the stream format: its first messages are
+        # whole (each write returned), whatever the last one holds.
+        reader = pa.ipc.open_stream(pa.memory_map(path, "r").read_buffer().slice(8))
+
+    def batches() -> Iterator[Any]:
+        for _ in range(done):
+            yield reader.read_next_batch()  # type: ignore[union-attr]
+        if failed is not None:
+            yield failed
+        yield from rest
+
+    return batches()
 
 
 def _tuple_row(value: Any, name: str, index: int) -> dict[str, Any]:
