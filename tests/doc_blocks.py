@@ -127,9 +127,12 @@ def run(command: str, folder: Path, last_status: int) -> tuple[str, int]:
 
 
 def _shell_env() -> dict[str, str]:
-    """The environment of a user's shell with the project's virtual environment active."""
+    """The environment of a user's shell with the project's virtual environment active,
+    importing flowdata from this checkout (so a page tests the code beside it, also from a
+    second work tree that shares the virtual environment)."""
     bin_dir = Path(sys.executable).parent
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env["PYTHONPATH"] = str(ROOT)
     env.update(PATH=f"{bin_dir}:{os.environ.get('PATH', '')}", PYTHONUNBUFFERED="1", COLUMNS="100")
     return env
 
