@@ -247,7 +247,7 @@ def test_run_sample(make_module: Callable[[str], Any]) -> None:
     # A pass-2 node: the statistics of pass 1 are computed first.
     mean = sum(i * i + 1 for i in range(10)) / 10
     assert dr.run_sample(["centered"], index=2, inputs={"n": 10}) == {"centered": pytest.approx(5 - mean)}
-    with pytest.raises(fd.InputError, match=r"source 'item' has no sample 50: it ended before it"):
+    with pytest.raises(fd.InputError, match=r"source 'item' has no sample 50: it has 10 samples \(indices 0 to 9\)\n  fix: ask for an index from 0 to 9"):
         dr.run_sample(["square"], index=50, inputs={"n": 10})
     with pytest.raises(fd.InputError, match=r"run_sample\(\) runs per-sample nodes, but 'total' is a whole value"):
         dr.run_sample(["total"], inputs={"n": 10})

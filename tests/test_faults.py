@@ -548,7 +548,7 @@ def scaled(item: int, slows: list[int]) -> int:
 @pytest.mark.parametrize("executor", ["inline", "processes"])
 def test_a_node_that_never_returns(build: Callable[..., fd.Driver], executor: str) -> None:
     dr = build(STUCK)
-    with pytest.raises(fd.SampleError, match=r"node 'slow' \(.*:13\) failed on sample 3 of group 'item'.*SampleTimeout: timed out after 0.5 s"):
+    with pytest.raises(fd.SampleError, match=r"node 'slow' \(.*:14\) failed on sample 3 of group 'item'.*SampleTimeout: timed out after 0.5 s"):
         dr.execute(["slows"], inputs={"n": 6}, timeout=0.5, executor=executor)
     report = fd.Report()
     out = dr.execute(["slows"], inputs={"n": 6}, timeout=0.5, executor=executor, on_error="skip", report=report)

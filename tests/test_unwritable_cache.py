@@ -87,9 +87,22 @@ def in_child(scenario: str, *args: Any, warm: tuple[Any, ...] | None = None, dro
     ``fsize`` bytes): what it returned, and the warnings logged there."""
     spec = {"scenario": scenario, "args": list(args), "warm": list(warm) if warm else None, "drop": drop,
             "fsize": fsize, "log": log}
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    done = subprocess.run([sys.executable, "-m", "tests.cache_cases.unwritable_child", json.dumps(spec)], cwd=ROOT,
-                          env=env, capture_output=True, text=True, timeout=600)
+    # The node modules run from a copy that anyone may read: the cache key holds their
+    # source text, which ``nobody`` could not read from a checkout under a private folder
+    # (a clone in ``mktemp -d``), and would then key by name alone, missing every entry.
+    code = Path(tempfile.mkdtemp(prefix="fd-unwritable-code-"))
+    try:
+        (code / "tests" / "cache_cases").mkdir(parents=True)
+        shutil.copy(ROOT / "tests" / "__init__.py", code / "tests")
+        for module in (ROOT / "tests" / "cache_cases").glob("*.py"):
+            shutil.copy(module, code / "tests" / "cache_cases")
+        for p in [code, *code.rglob("*")]:
+            p.chmod(0o755 if p.is_dir() else 0o644)
+        env = {**os.environ, "PYTHONPATH": f"{code}{os.pathsep}{ROOT}"}
+        done = subprocess.run([sys.executable, "-m", "tests.cache_cases.unwritable_child", json.dumps(spec)],
+                              cwd=code, env=env, capture_output=True, text=True, timeout=600)
+    finally:
+        shutil.rmtree(code)
     lines = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]
     assert done.returncode == 0 and lines, done.stderr[-4000:]
     got = json.loads(lines[-1][len("RESULT "):])
