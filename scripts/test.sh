@@ -19,7 +19,31 @@ stage() {  # stage NAME COMMAND...: runs one stage and records its status
     codes+=("$rc")
 }
 
-stage pytest .venv/bin/python -m pytest -q -p no:cacheprovider "$@"
+ray_tests() {  # the Ray executor's tests in a pytest process of their own
+    # Ray's core worker ends its driver process with a bare _exit(1) when it loses its
+    # raylet (no Python exception, no pytest summary; seen about once in three full runs
+    # here, tracked with the Ray faults of issue 32). Run apart, such a crash cannot end the
+    # rest of the suite, and a run ended that way -- never a test that failed -- is run
+    # once more, said on the console.
+    local log rc
+    log=$(mktemp)
+    .venv/bin/python -m pytest -q -p no:cacheprovider tests/test_ray_executor.py 2>&1 | tee "$log"
+    rc=${PIPESTATUS[0]}
+    if [ "$rc" != 0 ] && ! grep -Eq '^(=+ )?[0-9]+ (passed|failed|error)' "$log"; then
+        echo "test.sh: the Ray tests' process ended with exit $rc and no pytest summary (Ray ended its driver); running them once more"
+        .venv/bin/python -m pytest -q -p no:cacheprovider tests/test_ray_executor.py
+        rc=$?
+    fi
+    rm -f "$log"
+    return "$rc"
+}
+
+if [ "$#" -eq 0 ]; then
+    stage pytest .venv/bin/python -m pytest -q -p no:cacheprovider --ignore=tests/test_ray_executor.py
+    stage "pytest (Ray executor)" ray_tests
+else
+    stage pytest .venv/bin/python -m pytest -q -p no:cacheprovider "$@"
+fi
 stage "mypy --strict" .venv/bin/python -m mypy
 
 failed=0
