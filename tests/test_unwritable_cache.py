@@ -35,6 +35,7 @@ import torch
 import flowdata as fd
 from flowdata.run import samplecache
 from tests.cache_cases import images
+from tests.cache_cases.unwritable_child import Said as _Said
 from tests.cache_cases.unwritable_child import run as _run
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -71,13 +72,6 @@ def _images(folder: Path, side: int) -> Path:
     return data
 
 
-class _Said(logging.Handler):
-    def __init__(self) -> None:
-        super().__init__(logging.WARNING)
-        self.messages: list[str] = []
-
-    def emit(self, record: logging.LogRecord) -> None:
-        self.messages.append(f"{record.name}: {record.getMessage()}")
 
 
 def in_child(scenario: str, *args: Any, warm: tuple[Any, ...] | None = None, drop: bool = False,

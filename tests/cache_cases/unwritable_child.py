@@ -60,7 +60,9 @@ def index(cache: str, n: int, workers: int) -> dict[str, Any]:
     return {"ok": got == list(range(n)), "samples": len(got), "scratch": mine}
 
 
-class _Said(logging.Handler):
+class Said(logging.Handler):
+    """Keeps the warnings logged (shared with tests/test_unwritable_cache.py)."""
+
     def __init__(self) -> None:
         super().__init__(logging.WARNING)
         self.messages: list[str] = []
@@ -88,7 +90,7 @@ def main(spec: dict[str, Any]) -> None:
     if spec.get("fsize"):
         signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
         resource.setrlimit(resource.RLIMIT_FSIZE, (spec["fsize"], resource.getrlimit(resource.RLIMIT_FSIZE)[1]))
-    said = _Said()
+    said = Said()
     logging.getLogger("flowdata").addHandler(said)
     out = {"run": run, "index": index}[spec["scenario"]](*spec["args"])
     print("RESULT " + json.dumps({"out": out, "said": said.messages}))
