@@ -4,6 +4,8 @@ Inputs and config (Hamilton-style; config entries are inputs too):
 
 - ``table``: a CSV or Parquet path, a ``pyarrow.Table``, a pandas ``DataFrame`` or a Hugging
   Face ``datasets.Dataset`` (see :mod:`flowdata_modules._table`); each row is a sample;
+  ``encoding`` (``"utf-8"``) and ``column_types`` (None: every column's type settled over the
+  whole file) say how a CSV file is read;
 - ``numeric_columns`` (required), ``category_columns`` (``()``), ``label_column``
   (``"label"``; None for a table without labels), ``missing`` (``"mean"`` or ``"raise"``),
   ``min_count`` (1: category values seen fewer times are unknown).
@@ -37,7 +39,7 @@ import torch
 from flowdata import Collect, Parallel, reduce, vectorized
 from flowdata.stats import Stats, Vocab, Vocabulary
 from flowdata_modules._manifest import LabelVocabulary, class_names as _class_names
-from flowdata_modules._table import names_of, table_columns
+from flowdata_modules._table import ROW_ERROR, names_of, row_error, table_columns
 
 _log = logging.getLogger("flowdata")
 
@@ -59,9 +61,14 @@ def row(
     category_columns: Sequence[str] = (),
     label_column: str | None = "label",
     missing: str = "mean",
+    encoding: str = "utf-8",
+    column_types: Mapping[str, str] | None = None,
 ) -> Parallel[dict[str, Any]]:
     """The samples: the table's rows, its named columns only (the table itself, not a copy:
-    flowdata indexes it by rows, one dict per row). Every named column must exist."""
+    flowdata indexes it by rows, one dict per row). Every named column must exist. A CSV
+    file's text is decoded with ``encoding``; ``column_types`` (column -> pyarrow type name,
+    e.g. ``{"zip": "string"}``) declares how its columns are read, the others' types are
+    settled over the whole file (see :mod:`flowdata_modules._table`)."""
     if missing not in MISSING_MODES:
         raise ValueError(f"missing={missing!r}: expected 'mean' (a missing number becomes the column's mean) or "
                          "'raise' (a missing number is an error)")
@@ -69,7 +76,7 @@ def row(
         if isinstance(value, str):
             raise TypeError(f"{option}={value!r}: expected a list of column names, got a string\n"
                             f"  fix: Builder().with_config({{{option!r}: [{value!r}]}})")
-    columns = names_of(table)
+    columns = names_of(table, encoding)
     wanted = [*numeric_columns, *category_columns, *([label_column] if label_column is not None else [])]
     unknown = [(c, option) for option, names in (("numeric_columns", numeric_columns),
                                                   ("category_columns", category_columns),
@@ -82,7 +89,7 @@ def row(
             "  fix: name existing columns in the config, Builder().with_config({'numeric_columns': [...], "
             "'category_columns': [...], 'label_column': ...}) (label_column None for a table without labels)"
         )
-    return table_columns(table, list(dict.fromkeys(wanted)))  # type: ignore[no-any-return]
+    return table_columns(table, list(dict.fromkeys(wanted)), encoding, column_types)  # type: ignore[no-any-return]
 
 
 # --- numbers ---------------------------------------------------------------------------------
@@ -98,6 +105,9 @@ def parsed(row: Sequence[dict[str, Any]], sample_index: Sequence[int], numeric_c
     A chunk of rows whose cells are all plain numbers or None (what an Arrow or pandas
     numeric column gives) is converted in one numpy call; any other chunk is parsed cell by
     cell, with the same result."""
+    if row and ROW_ERROR in row[0]:  # a CSV file with bad rows: each is its sample's error
+        for r in row:
+            row_error(r)
     cells = [[r[c] for c in numeric_columns] for r in row]
     if {type(v) for line in cells for v in line} <= _PLAIN_NUMBERS:
         out = np.array(cells, dtype=np.float64).reshape(len(cells), len(numeric_columns))  # None -> NaN
@@ -378,6 +388,7 @@ def numeric(parsed: Sequence[torch.Tensor], numeric_scaling: Scaling) -> torch.T
 
 def category_values(row: dict[str, Any], category_columns: Sequence[str] = ()) -> tuple[str | None, ...]:
     """The row's category values as text (see :func:`_text`), None for a missing cell."""
+    row_error(row)
     cells = [row[c] for c in category_columns]
     return tuple(v if type(v) is str and v else _text(v) for v in cells)  # a non-empty str is itself
 
@@ -556,6 +567,7 @@ def label_name(row: dict[str, Any], sample_index: int, class_names: tuple[str, .
         raise ValueError("label_column is None, so the table has no labels\n"
                          "  fix: name the label column, Builder().with_config({'label_column': ...}), "
                          "or leave 'label' out of the outputs")
+    row_error(row)
     cell = row[label_column]
     if class_names is not None and isinstance(cell, (int, np.integer)) and 0 <= cell < len(class_names):
         return class_names[int(cell)]
