@@ -42,7 +42,7 @@ from hamilton.function_modifiers import config
 from flowdata import Collect, Parallel, reduce, vectorized
 from flowdata.stats import Vocab, Vocabulary
 from flowdata_modules._manifest import LabelVocabulary, label_of
-from flowdata_modules._table import names_of, table_columns
+from flowdata_modules._table import names_of, row_error, table_columns
 
 __all__ = [
     "PAD",
@@ -102,10 +102,12 @@ class TextVocabulary(Vocabulary):
         return v
 
 
-def row(table: Any, text_column: str = "text", label_column: str | None = "label") -> Parallel[dict[str, Any]]:
+def row(table: Any, text_column: str = "text", label_column: str | None = "label",
+        encoding: str = "utf-8") -> Parallel[dict[str, Any]]:
     """The samples: the table's rows, its ``text_column`` and ``label_column`` only (the
-    table itself, not a copy: flowdata indexes it by rows)."""
-    columns = names_of(table)
+    table itself, not a copy: flowdata indexes it by rows). A CSV file's text is decoded
+    with ``encoding``; a bad row of it (ragged, undecodable) is that sample's error."""
+    columns = names_of(table, encoding)
     wanted = [(text_column, "text_column")] + ([] if label_column is None else [(label_column, "label_column")])
     missing = [(c, option) for c, option in wanted if c not in columns]
     if missing:
@@ -117,12 +119,13 @@ def row(table: Any, text_column: str = "text", label_column: str | None = "label
                          f"  fix: name the column{'s' if len(missing) > 1 else ''} in the config, "
                          f"Builder().with_config({{{fix}}}){unlabelled}")
     keep = list(dict.fromkeys(c for c, _ in wanted))
-    return table_columns(table, keep)  # type: ignore[no-any-return]
+    return table_columns(table, keep, encoding)  # type: ignore[no-any-return]
 
 
 def text(row: dict[str, Any], text_column: str = "text") -> str:
     """The row's text. A missing cell (None, NaN) is the empty text; a number is its
-    ``str()``; anything else is an error naming the column."""
+    ``str()``; anything else is an error naming the column. A bad CSV row raises its error."""
+    row_error(row)
     value = row[text_column]
     if isinstance(value, str):
         return value
@@ -233,6 +236,7 @@ def label_name(row: dict[str, Any], class_names: tuple[str, ...] | None = None, 
     if label_column is None:
         raise ValueError("label_column is None (text without labels), so there is no label\n"
                          "  fix: ask for token_ids and attention_mask only, or name the label column")
+    row_error(row)
     return label_of(row, label_column, class_names)
 
 

@@ -177,3 +177,26 @@ def test_csv_declared_type_of_an_unknown_column_is_refused(tmp_path: Path) -> No
              r"column_types names 'zip', not a column of .*t\.csv")
     _refused(lambda: _driver(column_types={"a": "integer"}).dataloader(["numeric", "label"], inputs={"table": path}),
              r"column_types\['a'\] = 'integer': not a type")
+
+
+# --- the text module reads CSV files the same way ------------------------------------------
+
+
+def test_text_csv_latin1_byte_and_ragged_row_are_those_rows_errors(tmp_path: Path) -> None:
+    import flowdata_modules.text as text
+
+    lines = [f"the word {i % 3},{'ab'[i % 2]}".encode() for i in range(12)]
+    lines[4] = b"caf\xe9 noir,a"  # latin-1, not utf-8
+    lines[9] = b"one,two,three"  # ragged
+    path = _write(tmp_path / "t.csv", lines, header=b"text,label")
+    dr = fd.Builder().with_modules(text).build()
+    with pytest.raises(fd.SampleError, match=r"row 4 \(line 6\), column 'text': the cell b'caf\\xe9 noir' is not "
+                                             r"utf-8 text"):
+        dr.dataloader(["token_ids", "label"], inputs={"table": path})
+    loader = dr.dataloader(["token_ids", "label"], inputs={"table": path}, on_error="skip", batch_size=4)
+    assert sorted(s.index for s in loader.report.skipped) == [4, 9]
+    assert sum(len(b["label"]) for b in loader) == 10
+    assert "b'" not in " ".join(loader.stats["vocab"].tokens)  # text, never a bytes repr
+    latin = dr.dataloader(["token_ids", "label"], inputs={"table": path, "encoding": "latin-1"}, on_error="skip")
+    assert [s.index for s in latin.report.skipped] == [9]
+    assert "café" in latin.stats["vocab"].tokens
