@@ -7,12 +7,12 @@ temporary directory, named ``flowdata-<kind>-<pid>-<random>``, and removed:
 
 * when its owner is done with it (:func:`remove`, or the owner's finalizer);
 * at exit, however the interpreter ends normally (after a Ctrl-C too);
-* on ``SIGTERM``: unless the program installed its own handler, flowdata's removes this
-  process's folders, then ends the process by ``SIGTERM`` as the default action would
-  (same exit status). Forked children (pool and DataLoader workers) get the default
-  action back, so that terminating a stuck worker always works;
-* after ``kill -9``, a power cut or a native crash: by the next run, which removes the
-  folders whose owner pid is no longer running.
+* after ``SIGTERM``, ``kill -9``, a power cut or a native crash: by the next run, which
+  removes the folders whose owner pid is no longer running.
+
+No signal handler is installed for the clean-up: a Python handler only runs between two
+bytecodes, so one for ``SIGTERM`` would keep a process whose main thread is in a long C
+call running for as long as the call lasts, where the default action ends it at once.
 """
 
 from __future__ import annotations
@@ -20,10 +20,8 @@ from __future__ import annotations
 import atexit
 import os
 import shutil
-import signal
 import tempfile
 import threading
-from typing import Any
 
 __all__ = ["make", "remove", "remove_stale"]
 
@@ -31,7 +29,6 @@ _PREFIX = "flowdata-"
 _KINDS = ("index", "context", "watch", "blocks")
 _OWNED: dict[str, int] = {}  # folder -> the pid that made it
 _LOCK = threading.Lock()
-_handler_installed = False
 
 
 def make(kind: str) -> str:
@@ -41,7 +38,6 @@ def make(kind: str) -> str:
     path = tempfile.mkdtemp(prefix=f"{_PREFIX}{kind}-{os.getpid()}-")
     with _LOCK:
         _OWNED[path] = os.getpid()
-    _install_handler()
     return path
 
 
@@ -85,33 +81,4 @@ def _remove_own() -> None:
         remove(path)
 
 
-def _on_sigterm(signum: int, frame: Any) -> None:
-    _remove_own()
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    os.kill(os.getpid(), signal.SIGTERM)
-
-
-def _install_handler() -> None:
-    global _handler_installed
-    if _handler_installed or threading.current_thread() is not threading.main_thread():
-        return
-    _handler_installed = True
-    try:
-        if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
-            signal.signal(signal.SIGTERM, _on_sigterm)
-    except (ValueError, OSError):  # not where signals can be handled
-        pass
-
-
-def _in_forked_child() -> None:
-    global _handler_installed
-    _handler_installed = True  # a worker makes no folders it must remove on SIGTERM
-    try:
-        if signal.getsignal(signal.SIGTERM) is _on_sigterm:
-            signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    except (ValueError, OSError):
-        pass
-
-
 atexit.register(_remove_own)
-os.register_at_fork(after_in_child=_in_forked_child)
