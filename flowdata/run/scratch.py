@@ -11,8 +11,13 @@ temporary directory, named ``flowdata-<kind>-<pid>-<random>``, and removed:
   process's folders, then ends the process by ``SIGTERM`` as the default action would
   (same exit status). Forked children (pool and DataLoader workers) get the default
   action back, so that terminating a stuck worker always works;
-* after ``kill -9``, a power cut or a native crash: by the next run, which removes the
-  folders whose owner pid is no longer running.
+* after ``kill -9``, a power cut or a native crash: by the next run of any kind -- every
+  :class:`~flowdata.Driver` built, and every scratch folder made, calls
+  :func:`remove_stale` -- which removes the folders whose owner is gone: no process of
+  that pid runs on this machine, or the process that has it now started minutes after
+  the folder was last changed (the pid was reused; Linux, see
+  :func:`flowdata.run.writers.running`). A live process's folder (another user's too) is
+  never removed.
 """
 
 from __future__ import annotations
@@ -24,6 +29,8 @@ import signal
 import tempfile
 import threading
 from typing import Any
+
+from flowdata.run.writers import running
 
 __all__ = ["make", "remove", "remove_stale"]
 
@@ -53,7 +60,8 @@ def remove(path: str) -> None:
 
 
 def remove_stale() -> None:
-    """Removes scratch folders of processes that are gone (killed before their clean-up)."""
+    """Removes scratch folders of processes that are gone (killed before their clean-up):
+    see the module docstring."""
     root = tempfile.gettempdir()
     try:
         names = [n for n in os.listdir(root) if n.startswith(_PREFIX)]
@@ -63,18 +71,9 @@ def remove_stale() -> None:
         parts = name[len(_PREFIX):].split("-", 2)
         if len(parts) == 3 and parts[0] in _KINDS and parts[1].isdigit():
             pid = int(parts[1])
-            if pid != os.getpid() and not _alive(pid):
-                shutil.rmtree(os.path.join(root, name), ignore_errors=True)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except OSError:  # it exists, owned by someone else
-        return True
-    return True
+            path = os.path.join(root, name)
+            if pid != os.getpid() and not running(pid, path):
+                shutil.rmtree(path, ignore_errors=True)
 
 
 def _remove_own() -> None:
