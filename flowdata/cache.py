@@ -31,12 +31,14 @@ import json
 import logging
 import os
 import pickle
+import re
 import shutil
 import tempfile
 from collections.abc import Iterable, Mapping
 from typing import Any
 
 from flowdata.digest import digest
+from flowdata.run.writers import tag
 
 __all__ = ["Note", "PassCache", "digest", "fingerprint_items", "say", "unwritable"]
 
@@ -132,7 +134,7 @@ class PassCache:
     def _discard(self, entry: str) -> None:
         """Moves a damaged entry out of the way (renamed first: a reader never sees it half gone)."""
         try:
-            aside = tempfile.mkdtemp(prefix=".bad-", dir=self.directory)
+            aside = tempfile.mkdtemp(prefix=f".bad-{tag()}-", dir=self.directory)
             os.rename(entry, os.path.join(aside, "entry"))
         except OSError:
             return  # read-only, or another process moved it already
@@ -154,7 +156,8 @@ class PassCache:
         tmp: str | None = None
         try:
             os.makedirs(self.directory, exist_ok=True)
-            tmp = tempfile.mkdtemp(prefix=".tmp-", dir=self.directory)
+            _sweep(self.directory)
+            tmp = tempfile.mkdtemp(prefix=f".tmp-{tag()}-", dir=self.directory)
             nodes = {}
             for name, state in states.items():
                 buf = io.BytesIO()
@@ -180,6 +183,46 @@ class PassCache:
         finally:
             if tmp is not None:
                 shutil.rmtree(tmp, ignore_errors=True)
+
+
+_TEMPORARY = re.compile(r"^\.(?:tmp|bad)-(?:(\d+)~([A-Za-z0-9._-]+)-)?[A-Za-z0-9_]+(?:\.gone)?$")
+"""An entry being written (``.tmp-<pid>~<host>-<random>``) or removed (``.bad-...``);
+without ``<pid>~<host>``: an older flowdata's."""
+
+_SWEPT: set[str] = set()  # the cache_dirs this process has swept
+
+
+def _sweep(directory: str) -> None:
+    """Removes the temporary entries in ``directory`` whose writer is gone (killed while
+    writing or removing one: :func:`flowdata.run.writers.gone`), once per process; a
+    warning says how many and how many bytes."""
+    from flowdata.run.writers import gone
+
+    if directory in _SWEPT:
+        return
+    _SWEPT.add(directory)
+    files = size = 0
+    try:
+        names = os.listdir(directory)
+    except OSError:
+        return
+    for name in names:
+        found = _TEMPORARY.match(name)
+        path = os.path.join(directory, name)
+        if found is None or not gone(path, int(found[1] or 0), found[2]):
+            continue
+        took = sum(os.path.getsize(os.path.join(top, f)) for top, _, fs in os.walk(path) for f in fs)
+        aside = path + ".gone"  # renamed first: a folder half removed is not met again
+        try:
+            os.rename(path, aside)
+        except OSError:
+            continue  # taken by another process meanwhile, or read-only: left
+        shutil.rmtree(aside, ignore_errors=True)
+        files, size = files + 1, size + took
+    if files:
+        say([("flowdata.cache", f"swept:{os.path.abspath(directory)}",
+              f"pass cache {directory}: removed {files} temporary entr{'ies' if files != 1 else 'y'} "
+              f"({size:,} bytes) left by writers that were killed while writing")])
 
 
 Note = tuple[str, str, str]

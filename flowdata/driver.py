@@ -201,6 +201,9 @@ class Driver:
         self.graph: Graph = compiled.graph
         self.analysis: Analysis = compiled.analysis
         self.program: Program = program_of(self.modules, self.config, module_overrides)
+        from flowdata.run import scratch
+
+        scratch.remove_stale()  # what a killed run left, whatever this one goes on to do
 
     @property
     def nodes(self) -> Mapping[str, Node]:

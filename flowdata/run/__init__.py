@@ -18,6 +18,7 @@ Layers, each one module (data flows down; nothing below imports what is above)::
     source      the Source contract (open, index, fingerprint, shard) and its adapters
     usage       whether a Collect function can be handed a stream or needs a list
     scratch     temporary folders, removed when done, at exit, on SIGTERM, after a kill
+    writers     temporary files named for their writer; whether that writer is gone
 
 The training iterator (:mod:`flowdata.loader`) builds on ``scheduler`` for its statistics
 pass and runs ``kernel`` in torch DataLoader workers for its epochs, reporting through the

@@ -223,9 +223,12 @@ def key_of(node: CachedNode, item: Any, index: int) -> str:
 def forget() -> None:
     """Closes this process's stores: the next lookup reads the folders afresh (as a new
     process would)."""
+    from flowdata.run import samplestore
+
     for store in _STORES.values():
         store.close()
     _STORES.clear()
+    samplestore._SWEPT.clear()  # a new process sweeps the folders again
 
 
 def store_for(node: CachedNode) -> Any:

@@ -41,13 +41,16 @@ import enum
 import json
 import mmap
 import os
+import re
 import struct
 import sys
 import uuid
 import zlib
 from typing import Any
 
-__all__ = ["MISS", "NotImported", "SampleStore", "decode_value", "disk_use", "encode_value", "take_notes"]
+from flowdata.run import writers
+
+__all__ = ["MISS", "NotImported", "SampleStore", "decode_value", "disk_use", "encode_value", "sweep", "take_notes"]
 
 
 _MAGIC, _END = b"FDSAMPLE1\n", b"FDSEGEND\n"
@@ -280,9 +283,56 @@ def take_notes() -> list[tuple[str, str, str]]:
     return notes
 
 
+_TEMPORARY = re.compile(r"^\.(\d+)-[0-9a-f]{32}\.seg(?:~([A-Za-z0-9._-]+))?\.tmp$")
+"""A segment being written: ``.<pid>-<uuid>.seg~<host>.tmp`` (without ``~<host>``: an
+older flowdata's)."""
+
+_SWEPT: set[str] = set()  # the samples folders this process has swept
+
+
+def sweep(root: str) -> tuple[int, int]:
+    """Removes the temporary segments under ``root`` (a ``cache_dir``'s ``samples`` folder)
+    whose writer is gone -- killed while writing (:func:`flowdata.run.writers.gone`) --
+    once per process and folder; a note says how many and how many bytes.
+
+    Returns:
+        The files removed and their bytes.
+    """
+    if root in _SWEPT:
+        return 0, 0
+    _SWEPT.add(root)
+    files = size = 0
+    try:
+        folders = os.listdir(root)
+    except OSError:
+        return 0, 0
+    for sub in folders:
+        try:
+            names = os.listdir(os.path.join(root, sub))
+        except OSError:
+            continue
+        for name in names:
+            found = _TEMPORARY.match(name)
+            path = os.path.join(root, sub, name)
+            if found is None or not writers.gone(path, int(found[1]), found[2]):
+                continue
+            try:
+                took = os.stat(path).st_size
+                os.remove(path)
+            except OSError:
+                continue  # removed by another process meanwhile, or read-only: left
+            files, size = files + 1, size + took
+    if files:
+        _NOTES.append(("flowdata", f"swept:{os.path.abspath(root)}",
+                       f"sample cache {root}: removed {files} temporary segment{'s' if files != 1 else ''} "
+                       f"({size:,} bytes) left by writers that were killed while writing"))
+    return files, size
+
+
 def disk_use(root: str) -> int:
     """Bytes of every segment under ``root`` (the ``samples`` folder of a ``cache_dir``:
-    every cached node's folder, those of older code included)."""
+    every cached node's folder, those of older code included), and of every segment being
+    written there."""
     total = 0
     try:
         folders = os.listdir(root)
@@ -294,9 +344,15 @@ def disk_use(root: str) -> int:
         except OSError:
             continue
         for name in names:
+            path = os.path.join(root, sub, name)
+            if _TEMPORARY.match(name):  # a segment being written counts too (it grows: not kept)
+                try:
+                    total += os.stat(path).st_size
+                except OSError:
+                    pass  # renamed into place, or removed, meanwhile
+                continue
             if not name.endswith(".seg"):
                 continue
-            path = os.path.join(root, sub, name)
             size = _SIZES.get(path)
             if size is None:
                 try:
@@ -333,7 +389,9 @@ class SampleStore:
     # --- reading ----------------------------------------------------------------------------
 
     def refresh(self) -> None:
-        """Takes in the segments other writers renamed into place since the last look."""
+        """Takes in the segments other writers renamed into place since the last look (the
+        first look removes the temporary segments of writers that are gone: :func:`sweep`)."""
+        sweep(os.path.dirname(self.folder))
         if self.max_bytes is not None:
             self._used = disk_use(os.path.dirname(self.folder))
         try:
@@ -430,7 +488,7 @@ class SampleStore:
         pending, self._pending = self._pending, []
         written, self._written = self._written, 0
         name = f"{os.getpid()}-{uuid.uuid4().hex}.seg"
-        tmp = os.path.join(self.folder, f".{name}.tmp")
+        tmp = os.path.join(self.folder, f".{name}~{writers.HOST}.tmp")  # who writes it: see sweep()
         entries = []
         at = len(_MAGIC)
         parts: list[bytes] = [_MAGIC]

@@ -7,8 +7,13 @@ temporary directory, named ``flowdata-<kind>-<pid>-<random>``, and removed:
 
 * when its owner is done with it (:func:`remove`, or the owner's finalizer);
 * at exit, however the interpreter ends normally (after a Ctrl-C too);
-* after ``SIGTERM``, ``kill -9``, a power cut or a native crash: by the next run, which
-  removes the folders whose owner pid is no longer running.
+* after ``SIGTERM``, ``kill -9``, a power cut or a native crash: by the next run of any
+  kind -- every :class:`~flowdata.Driver` built, and every scratch folder made, calls
+  :func:`remove_stale` -- which removes the folders whose owner is gone: no process of
+  that pid runs on this machine, or the process that has it now started minutes after
+  the folder was last changed (the pid was reused; Linux, see
+  :func:`flowdata.run.writers.running`). A live process's folder (another user's too) is
+  never removed.
 
 No signal handler is installed for the clean-up: a Python handler only runs between two
 bytecodes, so one for ``SIGTERM`` would keep a process whose main thread is in a long C
@@ -22,6 +27,8 @@ import os
 import shutil
 import tempfile
 import threading
+
+from flowdata.run.writers import running
 
 __all__ = ["make", "remove", "remove_stale"]
 
@@ -49,7 +56,8 @@ def remove(path: str) -> None:
 
 
 def remove_stale() -> None:
-    """Removes scratch folders of processes that are gone (killed before their clean-up)."""
+    """Removes scratch folders of processes that are gone (killed before their clean-up):
+    see the module docstring."""
     root = tempfile.gettempdir()
     try:
         names = [n for n in os.listdir(root) if n.startswith(_PREFIX)]
@@ -59,18 +67,9 @@ def remove_stale() -> None:
         parts = name[len(_PREFIX):].split("-", 2)
         if len(parts) == 3 and parts[0] in _KINDS and parts[1].isdigit():
             pid = int(parts[1])
-            if pid != os.getpid() and not _alive(pid):
-                shutil.rmtree(os.path.join(root, name), ignore_errors=True)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except OSError:  # it exists, owned by someone else
-        return True
-    return True
+            path = os.path.join(root, name)
+            if pid != os.getpid() and not running(pid, path):
+                shutil.rmtree(path, ignore_errors=True)
 
 
 def _remove_own() -> None:

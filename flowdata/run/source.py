@@ -30,6 +30,7 @@ an error that says what to yield instead.
 from __future__ import annotations
 
 import os
+import re
 import sys
 import tempfile
 import weakref
@@ -37,7 +38,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from itertools import islice
 from typing import Any, Protocol, runtime_checkable
 
-from flowdata.run import scratch
+from flowdata.run import scratch, writers
 from flowdata.errors import FlowdataError, NodeError, describe, short_repr, user_traceback
 from flowdata.node import Node
 
@@ -475,6 +476,7 @@ def _write_index(items: Iterable[Any], directory: str | None, name: str) -> Item
     made = _Batches(iter(items), name)
     batches: Iterator[Any] = iter(made)
     if directory is not None:
+        _sweep(directory)
         try:
             return _write_arrow(batches, directory, made)
         except _Unwritten as failed:
@@ -564,7 +566,7 @@ def _write_arrow(batches: Iterator[Any], folder: str, made: _Batches) -> ArrowIn
     try:
         try:
             os.makedirs(folder, exist_ok=True)
-            fd, path = tempfile.mkstemp(prefix=f"{made.name}-", suffix=".arrow", dir=folder)
+            fd, path = tempfile.mkstemp(prefix=f".{made.name}-{writers.tag()}-", suffix=".arrow.tmp", dir=folder)
             os.close(fd)
         except OSError as exc:
             raise _Unwritten(exc, batches) from exc
@@ -576,7 +578,8 @@ def _write_arrow(batches: Iterator[Any], folder: str, made: _Batches) -> ArrowIn
                         writer = pa.ipc.new_file(path, pa.schema([pa.field("item", pa.null())]))
                     writer, closing = None, writer
                     closing.close()  # writes the footer: may fail too
-                    return ArrowIndex(path, made.length, made.as_tuple)
+                    path, written = None, path
+                    return ArrowIndex(_into_place(written, folder, made.name), made.length, made.as_tuple)
                 if writer is None:
                     writer = pa.ipc.new_file(path, batch.schema)
                 writer.write_batch(batch)
@@ -595,6 +598,76 @@ def _write_arrow(batches: Iterator[Any], folder: str, made: _Batches) -> ArrowIn
             except OSError:
                 pass
         raise
+
+
+def _into_place(written: str, folder: str, name: str) -> str:
+    """The written index file ``written`` renamed to ``<name>-<digest>.arrow`` (its
+    contents' SHA-256): a file already there with those contents (another loader's over
+    the same items) is used instead, and ``written`` removed, so that loaders over the
+    same items share one file. Returns the path the index is read from (``written``
+    itself when the renaming fails: a whole index all the same)."""
+    try:
+        digest = _file_digest(written)
+        path = os.path.join(folder, f"{name}-{digest[:16]}.arrow")
+        try:
+            same = _file_digest(path) == digest
+        except OSError:
+            same = False  # not there (or unreadable: replaced)
+        if same:
+            os.remove(written)
+        else:
+            os.replace(written, path)  # atomic: a reader sees either file, whole
+        return path
+    except OSError:
+        return written
+    except BaseException:
+        try:
+            os.remove(written)
+        except OSError:
+            pass
+        raise
+
+
+def _file_digest(path: str) -> str:
+    import hashlib
+
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+_TEMPORARY = re.compile(r"^\.[A-Za-z_][A-Za-z0-9_]*-(\d+)~([A-Za-z0-9._-]+)-[A-Za-z0-9_]+\.arrow\.tmp$")
+"""An index being written: ``.<source>-<pid>~<host>-<random>.arrow.tmp``."""
+
+
+def _sweep(directory: str) -> None:
+    """Removes the index files being written in ``directory`` (a ``cache_dir``) whose writer
+    is gone (killed while writing: :func:`flowdata.run.writers.gone`); a warning says how
+    many and how many bytes."""
+    from flowdata.cache import say
+
+    files = size = 0
+    try:
+        names = os.listdir(directory)
+    except OSError:
+        return
+    for name in names:
+        found = _TEMPORARY.match(name)
+        path = os.path.join(directory, name)
+        if found is None or not writers.gone(path, int(found[1]), found[2]):
+            continue
+        try:
+            took = os.stat(path).st_size
+            os.remove(path)
+        except OSError:
+            continue  # removed by another process meanwhile, or read-only: left
+        files, size = files + 1, size + took
+    if files:
+        say([("flowdata.cache", f"swept-index:{os.path.abspath(directory)}",
+              f"cache_dir {directory}: removed {files} temporary index file{'s' if files != 1 else ''} "
+              f"({size:,} bytes) left by writers that were killed while writing")])
 
 
 def _read_back(path: str, done: int, failed: Any, rest: Iterator[Any]) -> Iterator[Any]:
