@@ -46,6 +46,7 @@ from flowdata.run.ranks import ItemsPrint, block_reprs, items_print, ranks_of
 from flowdata.run.samplecache import SampleCache
 from flowdata.run.source import IndexSource, indexed
 from flowdata.loader.datasets import LaneDataset, PassDataset, StreamDataset
+from flowdata.loader.evening import Evening
 from flowdata.loader.dataloader import DataLoader, progress_bar
 from flowdata.loader.order import EpochBatches
 
@@ -129,15 +130,15 @@ def _say_fallback(source: str, shards: int, options: LoaderOptions) -> None:
 
 
 def _say_uneven(source: str, options: LoaderOptions) -> None:
-    """Logs, once per loader, that a stream in shards cannot be evened out between the ranks
-    of a process group."""
+    """Logs, once per loader, that a stream in shards cannot be evened out between ranks
+    that are not a ``torch.distributed`` process group (rank and world_size given by hand)."""
     if options.world_size > 1 and options.even_batches:
         _log.warning(
-            "source '%s' is a stream in shards: each rank reads only its own shards, whose lengths are not known "
-            "ahead, so the %d ranks' batch counts cannot be evened out (even_batches applies to indexed sources "
-            "and to streams not in shards); a step that all ranks take together (DDP) needs a bound on the steps "
-            "per epoch (Lightning's limit_train_batches, a max_steps), or an indexed datasets.Dataset",
-            source, options.world_size)
+            "source '%s' is a stream in shards read by rank %d of %d, but torch.distributed has no process group "
+            "of those ranks: each rank reads only its own shards, whose lengths are not known ahead, and without "
+            "a group the ranks cannot even out their batch counts as they go (even_batches); a step that all ranks "
+            "take together needs a process group initialised before the loader is built",
+            source, options.rank, options.world_size)
 
 
 def build_dataset(
@@ -218,7 +219,7 @@ def build_dataset(
                     _refuse_stream(group.source, f"returned a stream in shards ({type(opened.data).__name__})")
                 run.use_source(group.source, opened)  # the statistics pass streams it once, here
                 _say_fallback(group.source, opened.num_shards, options)
-                if ranks is not None:  # real ranks (a process group): their steps may be taken together
+                if ranks is None:  # ranks given by hand: the loader cannot even them out
                     _say_uneven(group.source, options)
                 return None, opened
             if streaming:
@@ -294,6 +295,11 @@ def build_loader(
     """The ``flowdata.DataLoader`` of ``Driver.dataloader()``."""
     dataset, indices, stats, recorder, step = build_dataset(driver, outputs, inputs, options)
     sampler = None
+    evening = None
+    if isinstance(dataset, LaneDataset) and options.even_batches:
+        ranks = ranks_of(options.rank, options.world_size, warn=False)  # warned when the dataset was built
+        if ranks is not None:  # every rank builds its group here, in the same order
+            evening = Evening(ranks, dataset.spec.group)
     if isinstance(dataset, PassDataset):  # map-style: the sampler in this process decides the order
         sampler = EpochBatches(indices, options.batch_size, shuffle=options.shuffle, seed=options.seed,
                                rank=options.rank, world_size=options.world_size, drop_last=options.drop_last,
@@ -302,5 +308,5 @@ def build_loader(
         dataset, sampler, num_workers=options.num_workers, prefetch_factor=prefetch_factor, pin_memory=pin_memory,
         persistent_workers=persistent_workers, multiprocessing_context=options.multiprocessing_context,
         worker_init_fn=worker_init_fn, stats=stats, recorder=recorder, progress=options.progress, seed=options.seed,
-        device=device, batch_step=step,
+        device=device, batch_step=step, evening=evening,
     )

@@ -24,6 +24,7 @@ from flowdata.cache import say
 from flowdata.errors import FlowdataError, describe
 from flowdata.loader.accelerate import Prepared
 from flowdata.loader.datasets import BatchView, LaneDataset
+from flowdata.loader.evening import Evening
 from flowdata.loader.lanes import Lane, resumed, served_of
 from flowdata.loader.order import EpochBatches, EpochSampler
 from flowdata.loader.wire import Batch
@@ -104,8 +105,10 @@ class DataLoader(TorchDataLoader):  # type: ignore[type-arg]
         seed: int = 0,
         device: Any = None,
         batch_step: BatchStep | None = None,
+        evening: Evening | None = None,
     ):
         self.flow_dataset = dataset
+        self._evening = evening  # a stream in shards evened out between ranks (flowdata.loader.evening)
         self._watch: Watch | None = None
         if dataset.spec.timeout is not None and num_workers > 0:
             # Workers whose node does not let go of a sample past the timeout are ended.
@@ -148,6 +151,7 @@ class DataLoader(TorchDataLoader):  # type: ignore[type-arg]
         self._last_lane: int | None = None  # a stream in shards: the lane of the last batch served
         self._epoch = 0
         self._resume_at = 0  # set by load_state_dict for the next iteration only
+        self._resume_padding = 0  # padding batches among those (an evened stream in shards)
         self._finished = False  # the last iteration ran to the end of its epoch
 
     _accelerate: Prepared | None = None
@@ -162,6 +166,8 @@ class DataLoader(TorchDataLoader):  # type: ignore[type-arg]
         is repeated to even out the ranks."""
         if self.flow_sampler is not None:
             return self.flow_sampler.remainder
+        if self._evening is not None:
+            return self._evening.remainder
         return self._stream_remainder
 
     def padding(self, batch: int) -> int:
@@ -170,7 +176,9 @@ class DataLoader(TorchDataLoader):  # type: ignore[type-arg]
         the epoch's last batch of some ranks. Rows ``[:len - padding(b)]`` are the real ones.
 
         An indexed loader knows it for every batch in advance; a streaming one once the
-        batch has been delivered (0 before).
+        batch has been delivered (0 before). A stream in shards pads wherever a rank has
+        fewer rows than another at a step: any batch may hold padding, a padding batch
+        only padding.
         """
         seen = self._padding_seen.get(batch) if self._padding_seen is not None else None
         if seen is not None:
@@ -253,6 +261,7 @@ class DataLoader(TorchDataLoader):  # type: ignore[type-arg]
         if self._finished and not self._resume_at:
             self._epoch += 1  # iterated again after a complete epoch: the next one
         start, self._resume_at = self._resume_at, 0
+        padding_start, self._resume_padding = (self._resume_padding if start else 0), 0
         self._finished = False
         self._start_at(start)
         self._padding_seen = {}  # kept after the epoch: padding(b) of a stream's batches delivered
@@ -263,9 +272,13 @@ class DataLoader(TorchDataLoader):  # type: ignore[type-arg]
         accelerate = self._accelerate
         if accelerate is not None:
             accelerate.begin(self)
+        if self._evening is not None:
+            self._evening.begin()
         try:
             with sigint_deferred():  # starting the workers forks them (see sigint_deferred)
                 it = self._start_workers()
+            if self._evening is not None:  # one exchange between the ranks per batch
+                it = self._evening.batches(it, padding_start)
             # The last batch is known before it is delivered (Accelerate reads that): by the
             # count, or, streaming, by fetching one batch ahead.
             ahead = accelerate is not None and total is None
@@ -284,7 +297,11 @@ class DataLoader(TorchDataLoader):  # type: ignore[type-arg]
                                            self.seed, self._epoch)
                 yield data
                 batch = following if ahead else next(it, None)
+        except GeneratorExit:
+            raise
         except (RuntimeError, ConnectionError, EOFError) as exc:
+            if self._evening is not None:
+                self._evening.fail()  # the other ranks raise in their next exchange, none waits
             # torch reports a dead worker from its SIGCHLD handler or as a broken queue.
             if isinstance(exc, RuntimeError) and "DataLoader worker" not in str(exc):
                 raise
@@ -297,6 +314,10 @@ class DataLoader(TorchDataLoader):  # type: ignore[type-arg]
                 except RuntimeError:
                     continue
             raise (error or self._worker_died(exc)) from exc
+        except BaseException:
+            if self._evening is not None:
+                self._evening.fail()
+            raise
         finally:
             if bar is not None:
                 bar.close()
@@ -430,6 +451,9 @@ class DataLoader(TorchDataLoader):  # type: ignore[type-arg]
             state["lanes"] = {str(lane.number): lane.to_state() for lane in lanes}
             state["lane_batches"] = {str(k): v for k, v in sorted(self._lane_served.items())}
             state["last_lane"] = self._last_lane  # where the next batch comes from (see lanes.resumed)
+            if self._evening is not None and self._evening.padding_batches:
+                # Batches that only repeat rows (evened out): no lane served them.
+                state["padding_batches"] = self._evening.padding_batches
         return state
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
@@ -457,8 +481,16 @@ class DataLoader(TorchDataLoader):  # type: ignore[type-arg]
                 "  fix: pass a state_dict() of a flowdata.DataLoader as it was saved"
             )
         self._resume_lanes = None
+        self._resume_padding = 0
         if isinstance(self.flow_dataset, LaneDataset) and served:
-            self._resume_lanes = _saved_lanes(state, int(served))
+            padding = state.get("padding_batches", 0)
+            if not _count(padding) or padding > served:
+                raise FlowdataError(
+                    f"cannot resume: the saved position of the stream in shards is impossible (padding_batches "
+                    f"{padding!r} of batches_served {served!r})\n"
+                    "  fix: pass a state_dict() of a flowdata.DataLoader as it was saved")
+            self._resume_lanes = _saved_lanes(state, int(served) - int(padding))
+            self._resume_padding = int(padding)
         self._epoch = int(epoch)  # type: ignore[arg-type]
         self._resume_at = int(served)  # type: ignore[arg-type]
         self._finished = False

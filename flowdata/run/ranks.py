@@ -57,7 +57,7 @@ from flowdata.errors import FlowdataError, RankError, describe
 from flowdata.reduce import BLOCK
 from flowdata.run.samplestore import decode_value, encode_value
 
-__all__ = ["ItemsPrint", "PeerStopped", "Ranks", "items_print", "ranks_of", "skips_payload"]
+__all__ = ["ItemsPrint", "PeerStopped", "Ranks", "items_print", "ranks_of", "skips_payload", "step_group"]
 
 _log = logging.getLogger("flowdata")
 
@@ -73,6 +73,7 @@ _LOST_FIX = ("{who} stopped without reporting an error (killed by a signal or th
              "native crash): see its log and the system's (dmesg); the other ranks stopped with it")
 
 _GLOO: dict[int, Any] = {}  # a gloo group beside a default group of another backend (NCCL)
+_STEPS: dict[int, Any] = {}  # the gloo group of the per-step exchanges (flowdata.loader.evening)
 
 
 class PeerStopped(FlowdataError):
@@ -475,7 +476,7 @@ def skips_payload(skips: Sequence[Any]) -> bytes:
     return json.dumps([dataclasses.asdict(s) for s in skips]).encode()
 
 
-def ranks_of(rank: int, world_size: int) -> Ranks | None:
+def ranks_of(rank: int, world_size: int, *, warn: bool = True) -> Ranks | None:
     """The ranks a loader shares its passes with: those of an initialised ``torch.distributed``
     process group whose rank and size are ``rank`` and ``world_size``; else None (every rank
     computes its passes whole, as before)."""
@@ -486,6 +487,8 @@ def ranks_of(rank: int, world_size: int) -> Ranks | None:
     if not (dist.is_available() and dist.is_initialized()):
         return None
     if (dist.get_rank(), dist.get_world_size()) != (rank, world_size):
+        if not warn:
+            return None
         _log.warning(
             "rank=%d, world_size=%d differ from torch.distributed's (rank %d of %d): every rank computes the "
             "statistics pass whole", rank, world_size, dist.get_rank(), dist.get_world_size())
@@ -504,3 +507,16 @@ def _cpu_group() -> Any:
     if key not in _GLOO:
         _GLOO[key] = dist.new_group(backend="gloo")
     return _GLOO[key]
+
+
+def step_group() -> Any:
+    """A gloo group of flowdata's own for the exchanges of every step (evening out a stream in
+    shards): none of the training's collectives (DDP's gradient all-reduce, in the default
+    group, maybe still in flight) can be paired with them. Made once, when the first such
+    loader is built; every rank builds its loaders in the same order."""
+    import torch.distributed as dist
+
+    key = id(dist.group.WORLD)
+    if key not in _STEPS:
+        _STEPS[key] = dist.new_group(backend="gloo")
+    return _STEPS[key]
