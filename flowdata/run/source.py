@@ -566,7 +566,8 @@ def _write_arrow(batches: Iterator[Any], folder: str, made: _Batches) -> ArrowIn
     try:
         try:
             os.makedirs(folder, exist_ok=True)
-            fd, path = tempfile.mkstemp(prefix=f".{made.name}-{writers.tag()}-", suffix=".arrow.tmp", dir=folder)
+            fd, tmp = tempfile.mkstemp(prefix=f".{made.name}-{writers.tag()}-", suffix=".arrow.tmp", dir=folder)
+            path = tmp  # removed on failure while set
             os.close(fd)
         except OSError as exc:
             raise _Unwritten(exc, batches) from exc
@@ -575,16 +576,16 @@ def _write_arrow(batches: Iterator[Any], folder: str, made: _Batches) -> ArrowIn
             try:
                 if batch is None:
                     if writer is None:
-                        writer = pa.ipc.new_file(path, pa.schema([pa.field("item", pa.null())]))
+                        writer = pa.ipc.new_file(tmp, pa.schema([pa.field("item", pa.null())]))
                     writer, closing = None, writer
                     closing.close()  # writes the footer: may fail too
-                    path, written = None, path
-                    return ArrowIndex(_into_place(written, folder, made.name), made.length, made.as_tuple)
+                    path = None
+                    return ArrowIndex(_into_place(tmp, folder, made.name), made.length, made.as_tuple)
                 if writer is None:
-                    writer = pa.ipc.new_file(path, batch.schema)
+                    writer = pa.ipc.new_file(tmp, batch.schema)
                 writer.write_batch(batch)
             except OSError as exc:
-                raise _Unwritten(exc, _read_back(path, done, batch, batches)) from exc
+                raise _Unwritten(exc, _read_back(tmp, done, batch, batches)) from exc
             done += 1
     except BaseException:
         if writer is not None:
