@@ -133,7 +133,7 @@ def _say_uneven(source: str, options: LoaderOptions) -> None:
     """Logs, once per loader, that a stream in shards cannot be evened out between ranks
     that are not a ``torch.distributed`` process group (rank and world_size given by hand)."""
     if options.world_size > 1 and options.even_batches:
-        _log.warning(
+        _log.info(
             "source '%s' is a stream in shards read by rank %d of %d, but torch.distributed has no process group "
             "of those ranks: each rank reads only its own shards, whose lengths are not known ahead, and without "
             "a group the ranks cannot even out their batch counts as they go (even_batches); a step that all ranks "
