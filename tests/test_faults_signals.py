@@ -52,6 +52,7 @@ def late(value: np.ndarray, value_stats: Stats) -> np.ndarray:
 
 PROGRAM = """
 import os, signal, sys
+signal.signal(signal.SIGINT, signal.default_int_handler)  # Python's own Ctrl-C, even where the parent ignores SIGINT (a background job)
 sys.path.insert(0, {folder!r})
 {setup}
 import flowdata as fd
