@@ -210,6 +210,26 @@ def test_fewer_shards_than_consumers_splits_examples_and_says_so_once(
     assert sorted(got[0] + got[1]) == _all(1)
 
 
+def test_ranks_given_by_hand_over_a_stream_in_shards_say_they_cannot_be_evened(
+    dr: fd.Driver, caplog: pytest.LogCaptureFixture
+) -> None:
+    # rank/world_size given by hand, no process group: each rank reads its own shards
+    # (4 shards: 2 each) and cannot even out its batch count with the other; one INFO line
+    # per loader says so, and even_batches=False (nothing to even) says nothing.
+    with caplog.at_level(logging.INFO, logger="flowdata"):
+        got = [_xs(dr.dataloader(["x"], inputs={"data": _stream(4)}, batch_size=4, rank=r, world_size=2))
+               for r in range(2)]
+    lines = [r.getMessage() for r in caplog.records if "cannot even out" in r.getMessage()]
+    assert len(lines) == 2
+    assert "read by rank 0 of 2, but torch.distributed has no process group" in lines[0]
+    assert "process group initialised before the loader is built" in lines[0]
+    assert sorted(got[0] + got[1]) == _all(4)  # every row once across the two ranks
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="flowdata"):
+        dr.dataloader(["x"], inputs={"data": _stream(4)}, batch_size=4, rank=0, world_size=2, even_batches=False)
+    assert not [r for r in caplog.records if "cannot even out" in r.getMessage()]
+
+
 def test_statistics_over_a_stream_equal_those_over_its_rows(dr: fd.Driver) -> None:
     loader = dr.dataloader(["centered"], inputs={"data": _stream(3)}, batch_size=16, num_workers=2)
     mean = sum(_all(3)) / len(_all(3))
