@@ -266,6 +266,7 @@ class Compose(FeatureTransform):
         """One plan for the whole of ``x`` (a sample, or a batch under a fixed run)."""
         if plan.separable is not None:
             return self._separable(x, plan, cache)
+        mask = self._mask(plan, x, cache)  # first: its temporaries are gone before the prefilter's arrive
         if plan.prefilter is not None:
             check_interpolable(x, self.mode, "Compose")
             if plan.crop is not None:
@@ -286,14 +287,21 @@ class Compose(FeatureTransform):
         y = sample_grid(x if x.dim() == 4 else x[None], grid, self.mode, plan.padding)
         if plan.margins is not None:
             zero_margins(y, plan.margins)
-        if plan.cover is not None:
-            mask = plan.mask
-            if mask is None or mask.dtype != y.dtype or mask.device != y.device:
-                mask = coverage_mask([plan.cover], plan.out, y.dtype, y.device)
-                if cache:
-                    plan.mask = mask
+        if mask is not None:
             y.mul_(mask)
         return y if x.dim() == 4 else y[0]
+
+    @staticmethod
+    def _mask(plan: _Plan, x: torch.Tensor, cache: bool) -> torch.Tensor | None:
+        """A covered plan's coverage mask, kept with the plan for a fixed run."""
+        if plan.cover is None:
+            return None
+        mask = plan.mask
+        if mask is None or mask.dtype != x.dtype or mask.device != x.device:
+            mask = coverage_mask([plan.cover], plan.out, x.dtype, x.device)
+            if cache:
+                plan.mask = mask
+        return mask
 
     def _separable(self, x: torch.Tensor, plan: _Plan, cache: bool) -> torch.Tensor:
         """A map with no rotation or shear: ``wy @ x @ wx.T``, each axis's antialiased filter."""

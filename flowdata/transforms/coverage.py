@@ -75,11 +75,14 @@ def coverage_mask(covers: list[Coverage], out: Size, dtype: torch.dtype, device:
     # [N, 4, H', W'], channels first so that every later operation runs along whole rows
     t = (coeffs[..., 0] * j) + (coeffs[..., 1] * i[:, None] + coeffs[..., 2])
     wide, narrow = per([c.wide for c in covers]).to(device), per([c.narrow for c in covers]).to(device)
-    # a trapezoid's distribution function: linear over |t| <= (wide - narrow) / 2, quadratic beyond
+    # a trapezoid's distribution function: linear over |t| <= (wide - narrow) / 2, quadratic
+    # beyond; in place, as few full-size temporaries as can be (each one a fresh allocation)
     flat = (wide - narrow) * 0.5
-    r = torch.minimum(t.abs(), flat + narrow)
+    r = t.abs().clamp_(max=flat + narrow)
     q = torch.maximum(r, flat).sub_(flat).div_(narrow)  # in [0, 1] across the quadratic part
-    g = torch.minimum(r, flat).div_(wide).add_(q.mul_(q.neg().add_(2.0)).mul_(narrow / (2.0 * wide)))  # in [0, 1/2]
-    cover = torch.copysign(g, t).add_(0.5)
-    mask = cover[:, 0:1] * cover[:, 1:2] * cover[:, 2:3] * cover[:, 3:4]
+    q.sub_(1.0).square_().neg_().add_(1.0).mul_(narrow / (2.0 * wide))  # q (2 - q) narrow / (2 wide)
+    g = torch.minimum(r, flat, out=r).div_(wide).add_(q)  # in [0, 1/2]
+    cover = torch.copysign(g, t, out=g).add_(0.5)
+    mask = cover[:, 0:1] * cover[:, 1:2]
+    mask.mul_(cover[:, 2:3]).mul_(cover[:, 3:4])
     return mask.to(dtype)
