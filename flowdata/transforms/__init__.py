@@ -13,7 +13,9 @@ maths, these wrap them.
   ``as_matrix(size, generator=None) -> (matrix, out_size)``;
 - :mod:`~flowdata.transforms.compose`: ``Compose``, which fuses each run of adjacent
   spatial transforms into one ``grid_sample`` (or exact slicing);
-- :mod:`~flowdata.transforms.sampling`: the matrix maths, the exact path and the grid path.
+- :mod:`~flowdata.transforms.sampling`: the matrix maths, the exact path and the grid path;
+- :mod:`~flowdata.transforms.prefilter` and :mod:`~flowdata.transforms.coverage`: a rotating
+  run's antialiasing where it shrinks, and the fade of its turned frame's edges.
 
 See docs/transforms.md.
 """

@@ -12,7 +12,7 @@ compose into one map ``M = M_k ... M_1`` (Python floats), and the run is carried
   crop equals torchvision's resize then crop, to float rounding;
 - else by **one** ``grid_sample`` of the run's input at ``M^-1 p`` for every output pixel
   centre ``p``, after, where ``M`` shrinks along an axis (by however little) and
-  ``antialias`` is on, an antialiasing prefilter (:class:`~flowdata.transforms.sampling.Prefilter`:
+  ``antialias`` is on, an antialiasing prefilter (:class:`~flowdata.transforms.prefilter.Prefilter`:
   torchvision's triangle for that shrink, sampled at half the output's spacing or at the
   input's, folded into ``M``; at the input's, a run with no random member under ``"zeros"``
   filters only the rows and columns its grid reads).
@@ -38,11 +38,13 @@ from typing import Any
 import torch
 from torch import nn
 
+from flowdata.transforms.coverage import Coverage, coverage_mask, coverage_plan
 from flowdata.transforms.features import FeatureTransform
+from flowdata.transforms.prefilter import Prefilter, apply_prefilter, prefilter_plan
 from flowdata.transforms.sampling import (
-    IDENTITY, AffineMap, ExactPlan, Prefilter, Size, apply_prefilter, axis_aligned, axis_weights, check_image,
-    check_interpolable, compose, exact_plan, grid_theta, invert, make_grid, outside_margins, prefilter_plan,
-    sample_grid, separable, take_exact, translate, zero_margins,
+    IDENTITY, AffineMap, ExactPlan, Size, axis_aligned, axis_weights, check_image, check_interpolable, compose,
+    exact_plan, grid_theta, invert, make_grid, outside_margins, sample_grid, separable, take_exact, translate,
+    zero_margins,
 )
 from flowdata.transforms.spatial import Pad, SpatialTransform, check_mode
 
@@ -70,7 +72,8 @@ class _Plan:
     """How one sample goes through a run: slicing; or, antialiased with no rotation or shear,
     two filter matrices (one per axis); else a prefilter (or none), then one grid."""
 
-    __slots__ = ("crop", "exact", "grid", "margins", "out", "prefilter", "separable", "size", "theta", "weights")
+    __slots__ = ("cover", "crop", "exact", "grid", "margins", "mask", "out", "padding", "prefilter", "separable", "size",
+                 "theta", "weights")
 
     def __init__(self, inverse: AffineMap, size: Size, out: Size, antialias: bool, padding_mode: str,
                  crop: bool = True):
@@ -83,11 +86,15 @@ class _Plan:
         self.exact: ExactPlan | None = exact_plan(inverse, out)
         self.theta: tuple[float, ...] | None = None
         self.margins: tuple[int, int, int, int] | None = None
+        self.cover: Coverage | None = None  # a prefiltered grid under zeros: sampled as border, times this
+        self.mask: torch.Tensor | None = None
+        self.padding = padding_mode  # grid_sample's
         if self.exact is not None:
             return
         if antialias and axis_aligned(inverse) and padding_mode in ("zeros", "border"):
             self.separable = inverse  # resizes, crops, flips, pads: each axis's antialiased filter
             return
+        original = inverse
         if antialias:
             self.prefilter, inverse = prefilter_plan(inverse, size)
         if self.prefilter is not None:
@@ -98,13 +105,18 @@ class _Plan:
                 top, bottom, left, right = self.crop
                 inverse = compose(translate(-left, -top), inverse)
                 size = (bottom - top, right - left)
-                self.prefilter = Prefilter(size, self.prefilter.blur)
+                self.prefilter = Prefilter(size, self.prefilter.blur, self.prefilter.diagonal)
             self.exact = exact_plan(inverse, out)
         if self.exact is None:
             self.theta = grid_theta(inverse, size, out)
             # zeros with no rotation or shear: sampled as "border", the rows and columns outside set to 0
             if padding_mode == "zeros":
                 self.margins = outside_margins(inverse, size, out)
+            # prefiltered (it shrinks) under zeros: the frame's edges fade over each output pixel's footprint
+            if padding_mode == "zeros" and self.prefilter is not None and self.margins is None:
+                self.cover = coverage_plan(original, self.size, out)
+            if self.margins is not None or self.cover is not None:
+                self.padding = "border"
 
 
 def _reads(inverse: AffineMap, size: Size, out: Size) -> tuple[int, int, int, int]:
@@ -254,6 +266,7 @@ class Compose(FeatureTransform):
         """One plan for the whole of ``x`` (a sample, or a batch under a fixed run)."""
         if plan.separable is not None:
             return self._separable(x, plan, cache)
+        mask = self._mask(plan, x, cache)  # first: its temporaries are gone before the prefilter's arrive
         if plan.prefilter is not None:
             check_interpolable(x, self.mode, "Compose")
             if plan.crop is not None:
@@ -271,11 +284,24 @@ class Compose(FeatureTransform):
             grid = make_grid([plan.theta], plan.out, dtype, x.device)
             if cache:
                 plan.grid = grid
-        padding = "border" if plan.margins is not None else self.padding_mode
-        y = sample_grid(x if x.dim() == 4 else x[None], grid, self.mode, padding)
+        y = sample_grid(x if x.dim() == 4 else x[None], grid, self.mode, plan.padding)
         if plan.margins is not None:
             zero_margins(y, plan.margins)
+        if mask is not None:
+            y.mul_(mask)
         return y if x.dim() == 4 else y[0]
+
+    @staticmethod
+    def _mask(plan: _Plan, x: torch.Tensor, cache: bool) -> torch.Tensor | None:
+        """A covered plan's coverage mask, kept with the plan for a fixed run."""
+        if plan.cover is None:
+            return None
+        mask = plan.mask
+        if mask is None or mask.dtype != x.dtype or mask.device != x.device:
+            mask = coverage_mask([plan.cover], plan.out, x.dtype, x.device)
+            if cache:
+                plan.mask = mask
+        return mask
 
     def _separable(self, x: torch.Tensor, plan: _Plan, cache: bool) -> torch.Tensor:
         """A map with no rotation or shear: ``wy @ x @ wx.T``, each axis's antialiased filter."""
@@ -299,22 +325,29 @@ class Compose(FeatureTransform):
             return torch.stack([take_exact(x[n], p.exact, self.padding_mode)  # type: ignore[arg-type]
                                 for n, p in enumerate(plans)])
         check_interpolable(x, self.mode, "Compose")
-        groups: dict[tuple[Prefilter | None, bool], list[int]] = {}
+        groups: dict[tuple[Prefilter | None, str], list[int]] = {}
         for n, p in enumerate(plans):
-            groups.setdefault((p.prefilter, p.margins is not None), []).append(n)
+            groups.setdefault((p.prefilter, p.padding), []).append(n)
         out: torch.Tensor | None = None
         dtype = x.dtype if x.is_floating_point() else torch.float64
-        for (prefilter, aligned), idx in groups.items():
+        for (prefilter, padding), idx in groups.items():
             xs = x if len(idx) == x.shape[0] else x[idx]
             if prefilter is not None:
                 xs = apply_prefilter(xs, prefilter)
             thetas = [_theta(plans[n], xs) for n in idx]
-            padding = "border" if aligned else self.padding_mode
             y = sample_grid(xs, make_grid(thetas, plans[0].out, dtype, x.device), self.mode, padding)
             for k, n in enumerate(idx):
                 margins = plans[n].margins
                 if margins is not None:
                     zero_margins(y[k], margins)
+            covered = [k for k, n in enumerate(idx) if plans[n].cover is not None]
+            if covered:
+                covers = [plans[idx[k]].cover for k in covered]
+                mask = coverage_mask(covers, plans[0].out, y.dtype, y.device)  # type: ignore[arg-type]
+                if len(covered) == len(idx):
+                    y.mul_(mask)
+                else:
+                    y[covered] *= mask
             if len(idx) == x.shape[0]:
                 return y
             if out is None:

@@ -30,7 +30,8 @@ best of ``--rounds``.
 (c) *Antialiasing a rotating run, against a supersampled reference*: on scikit-learn's
 ``china.jpg`` (427x640), ``Resize(256, short_side=True)`` -> ``Rotate(15)`` (or
 ``RandomAffine(15)``, one seeded draw) -> ``CenterCrop(224)``, and on a 256-pixel 1-px
-checkerboard ``Resize(170)`` -> ``Rotate(15)``: the fused ``Compose``, ``fuse=False`` and
+checkerboard ``Resize(170)`` -> ``Rotate(15)`` (a shrink of 1.5) and ``Resize(30)`` -> ``Rotate(15)``
+(8.5, where the turned frame's edges weigh most): the fused ``Compose``, ``fuse=False`` and
 torchvision v2 (resize, then rotate or affine, then centre crop), timed side by side (best of
 ``--rounds`` of ``--calls`` calls), and each one's mean absolute error against a reference that
 averages 8x8 points over every output pixel's square, mapped back through the composed
@@ -203,8 +204,10 @@ def antialiasing(args: argparse.Namespace) -> None:
         ("photo, RandomAffine(15)", photo, (Resize(256, short_side=True), RandomAffine(15), CenterCrop(224)),
          lambda x: TF.center_crop(TF.affine(TF.resize(x, [256], antialias=True), angle, [0, 0], 1.0, [0.0, 0.0],
                                             interpolation=bilinear), [224, 224]), True),
-        ("checkerboard", board, (Resize(170), Rotate(15)),
+        ("checkerboard, 1.5x", board, (Resize(170), Rotate(15)),
          lambda x: TF.rotate(TF.resize(x, [170, 170], antialias=True), 15.0, interpolation=bilinear), False),
+        ("checkerboard, 8.5x", board, (Resize(30), Rotate(15)),
+         lambda x: TF.rotate(TF.resize(x, [30, 30], antialias=True), 15.0, interpolation=bilinear), False),
     ]
     print(f"\n(c) antialiasing a rotating run: best of {args.rounds} rounds of {args.calls} calls, "
           f"torch threads {args.threads}; error = mean |output - supersampled reference|")
