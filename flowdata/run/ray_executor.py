@@ -21,6 +21,12 @@ engine that already schedules tasks across machines, rather than a home-made one
   node lost) is a :class:`~flowdata.run.executors.WorkerDied`; Ray does not retry the
   task (``max_retries=0``): flowdata knows which chunks to compute again (a sample past
   ``timeout=`` is reported, not retried).
+* **Ctrl-C.** A ``ray.init`` or ``ray.shutdown`` cut in two by a ``KeyboardInterrupt``
+  leaves processes that Ray no longer knows of (its agents ran on for a minute) or crashes
+  in Ray's C++ (a segfault at exit), so a Ctrl-C is held back while either runs and raised
+  right after. A Ctrl-C during a map cancels the pending tasks, waits a moment for the
+  cancellations, shuts down a Ray this executor started, and is raised again; whatever
+  that Ray started and is still alive a few seconds later is killed (see :func:`_stop`).
 
 Ray is imported on first use (``pip install flowdata[ray]``). ``ray.init`` runs only when
 Ray is not initialised yet, with the executor's arguments; a Ray the program started (or a
@@ -45,7 +51,7 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from flowdata.errors import FlowdataError, describe
-from flowdata.run.executors import WorkerDied, pickled_task
+from flowdata.run.executors import WorkerDied, pickled_task, sigint_deferred
 
 if TYPE_CHECKING:
     from types import ModuleType
@@ -117,20 +123,35 @@ class RayExecutor:
         """Ray, initialised: by this executor if nobody did before."""
         ray = _import_ray()
         if not ray.is_initialized():
-            try:
-                ray.init(address=self.address, num_cpus=self.num_cpus, **self.init_kwargs)
-            except Exception as exc:
-                raise FlowdataError(
-                    f"{self!r} could not start or reach Ray: {describe(exc)}\n"
-                    "  fix: give the address of a running cluster (address='auto' for the one "
-                    "`ray start` runs here), or leave address out to start a local Ray; "
-                    "num_cpus applies only to a Ray this executor starts"
-                ) from exc
-            self._started = _session(ray)
+            self._start(ray)
         if self._remote is None:
             # Ray retries nothing: flowdata computes again what a lost worker held.
             self._remote = ray.remote(num_cpus=1, max_retries=0)(_run_remote)
         return ray
+
+    def _start(self, ray: ModuleType) -> None:
+        """``ray.init`` with this executor's arguments, never cut in two by a Ctrl-C.
+
+        Interrupted half-way, ``ray.init`` forgets the processes it already started (its
+        agents then ran on for up to 100 s) or leaves a half-made core worker that crashed
+        at exit. A Ctrl-C is therefore held back until it returns; then the Ray just
+        started is shut down and the ``KeyboardInterrupt`` raised.
+        """
+        try:
+            with sigint_deferred():
+                try:
+                    ray.init(address=self.address, num_cpus=self.num_cpus, **self.init_kwargs)
+                except Exception as exc:
+                    raise FlowdataError(
+                        f"{self!r} could not start or reach Ray: {describe(exc)}\n"
+                        "  fix: give the address of a running cluster (address='auto' for the one "
+                        "`ray start` runs here), or leave address out to start a local Ray; "
+                        "num_cpus applies only to a Ray this executor starts"
+                    ) from exc
+                self._started = _session(ray)
+        except KeyboardInterrupt:
+            self.close()
+            raise
 
     @property
     def num_workers(self) -> int:
@@ -160,6 +181,7 @@ class RayExecutor:
             ref: ObjectRef[Any] = remote.remote([shared], pickled_task(task, "Ray workers"))
             return ref
 
+        interrupted = False
         try:
             for task in it:
                 pending.append(submit(task))
@@ -172,15 +194,18 @@ class RayExecutor:
                 if task is not _END:
                     pending.append(submit(task))
                 yield _unpack(outcome)
+        except KeyboardInterrupt:
+            interrupted = True
+            raise
         finally:
             # A stop (Ctrl-C, an error, a consumer that had enough) drops what is pending:
-            # queued tasks never start, a running one is interrupted.
-            for ref in pending:
-                try:
-                    ray.cancel(ref)
-                except Exception:  # finished or gone meanwhile: nothing to cancel
-                    pass
-            del shared
+            # queued tasks never start, a running one is interrupted. A second Ctrl-C does
+            # not cut the cancellations (or the shutdown after a first one) in two.
+            with sigint_deferred():
+                _cancel(ray, pending, wait=interrupted and self._started is not None)
+                del shared
+                if interrupted:  # the user wants out: a Ray started here stops now
+                    self.close()
 
     def _wait(self, ray: ModuleType, ref: ObjectRef[Any]) -> Any:
         """The task's outcome, waited for in short slices (so a Ctrl-C is seen at once)."""
@@ -203,7 +228,7 @@ class RayExecutor:
 
     def close(self) -> None:
         """``ray.shutdown()`` if this executor called ``ray.init``; a Ray initialised
-        elsewhere is left as it is."""
+        elsewhere is left as it is. A Ctrl-C meanwhile is raised once Ray is down."""
         started, self._started = self._started, None
         if started is None:
             return
@@ -212,7 +237,8 @@ class RayExecutor:
 
         # Not a Ray the program started again itself after shutting this one down.
         if ray.is_initialized() and _session(ray) == started:
-            ray.shutdown()
+            with sigint_deferred():
+                _stop(ray)
 
     def __enter__(self) -> RayExecutor:
         return self
@@ -228,6 +254,70 @@ def _session(ray: ModuleType) -> tuple[str, str]:
     """This driver's node and job: a Ray started again has another node id."""
     ctx = ray.get_runtime_context()
     return str(ctx.get_node_id()), str(ctx.get_job_id())
+
+
+def _cancel(ray: ModuleType, pending: Iterable[ObjectRef[Any]], *, wait: bool) -> None:
+    """Cancels each pending task once (never twice: a task cancelled again can crash its
+    worker in Ray), and with ``wait`` gives the cancellations a moment to be answered, so
+    that a shutdown right after does not meet their replies half-way."""
+    refs = list(pending)
+    for ref in refs:
+        try:
+            ray.cancel(ref)
+        except Exception:  # finished or gone meanwhile: nothing to cancel
+            pass
+    if wait and refs:
+        try:
+            ray.wait(refs, num_returns=len(refs), timeout=2.0)
+        except Exception:  # a Ray already going down: the shutdown follows anyway
+            pass
+
+
+def _stop(ray: ModuleType, grace: float = 5.0) -> None:
+    """``ray.shutdown()`` of the local Ray this process started, then kills what it leaves.
+
+    The processes are those ``ray.init`` started as this process's children (GCS, raylet,
+    dashboard, monitors: Ray's own list of them) and everything below them (agents,
+    workers), taken before the shutdown. Ray ends them itself; one still alive ``grace``
+    seconds later is killed. A driver that joined a cluster started none, so a cluster is
+    never touched; neither is any other child of the program.
+    """
+    ours = _started_processes(ray)
+    ray.shutdown()
+    if not ours:
+        return
+    import psutil
+
+    _, alive = psutil.wait_procs(ours, timeout=grace)
+    for proc in alive:
+        try:
+            proc.kill()  # psutil refuses a pid reused by another process meanwhile
+        except psutil.Error:
+            pass
+    psutil.wait_procs(alive, timeout=grace)
+
+
+def _started_processes(ray: ModuleType) -> list[Any]:
+    """The processes of a local Ray that this process started (see :func:`_stop`); none
+    when Ray does not say (a joined cluster, another Ray version) or psutil is missing."""
+    try:
+        import psutil
+
+        node = ray._private.worker._global_node  # Ray's record of what ray.init started
+        pids = {info.process.pid for infos in node.all_processes.values() for info in infos}
+    except Exception:
+        return []
+    procs: list[Any] = []
+    for pid in pids:
+        try:
+            root = psutil.Process(pid)
+            if root.ppid() != os.getpid():  # only processes this one started
+                continue
+            procs.append(root)
+            procs.extend(root.children(recursive=True))
+        except psutil.Error:
+            continue
+    return procs
 
 
 def _pickled_context(fn: Callable[..., Any], context: Any) -> bytes:
