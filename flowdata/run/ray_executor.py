@@ -111,6 +111,7 @@ class RayExecutor:
         self.max_in_flight = max_in_flight
         self.init_kwargs = init_kwargs
         self._started: tuple[str, str] | None = None  # the Ray session this executor started
+        self._processes: list[Any] = []  # what its ray.init started here (see _stop)
         self._remote: Any = None
 
     def __repr__(self) -> str:
@@ -139,6 +140,7 @@ class RayExecutor:
         """
         try:
             with sigint_deferred():
+                before = _local_node(ray)
                 try:
                     ray.init(address=self.address, num_cpus=self.num_cpus, **self.init_kwargs)
                 except Exception as exc:
@@ -149,6 +151,8 @@ class RayExecutor:
                         "num_cpus applies only to a Ray this executor starts"
                     ) from exc
                 self._started = _session(ray)
+                node = _local_node(ray)
+                self._processes = _started_processes(node) if node is not before else []
         except KeyboardInterrupt:
             self.close()
             raise
@@ -230,6 +234,7 @@ class RayExecutor:
         """``ray.shutdown()`` if this executor called ``ray.init``; a Ray initialised
         elsewhere is left as it is. A Ctrl-C meanwhile is raised once Ray is down."""
         started, self._started = self._started, None
+        processes, self._processes = self._processes, []
         if started is None:
             return
         self._remote = None
@@ -238,7 +243,7 @@ class RayExecutor:
         # Not a Ray the program started again itself after shutting this one down.
         if ray.is_initialized() and _session(ray) == started:
             with sigint_deferred():
-                _stop(ray)
+                _stop(ray, processes)
 
     def __enter__(self) -> RayExecutor:
         return self
@@ -273,21 +278,27 @@ def _cancel(ray: ModuleType, pending: Iterable[ObjectRef[Any]], *, wait: bool) -
             pass
 
 
-def _stop(ray: ModuleType, grace: float = 5.0) -> None:
-    """``ray.shutdown()`` of the local Ray this process started, then kills what it leaves.
+def _stop(ray: ModuleType, processes: list[Any], grace: float = 5.0) -> None:
+    """``ray.shutdown()``, then kills what the local Ray started here leaves running.
 
-    The processes are those ``ray.init`` started as this process's children (GCS, raylet,
-    dashboard, monitors: Ray's own list of them) and everything below them (agents,
-    workers), taken before the shutdown. Ray ends them itself; one still alive ``grace``
-    seconds later is killed. A driver that joined a cluster started none, so a cluster is
-    never touched; neither is any other child of the program.
+    ``processes`` are those this executor's ``ray.init`` started as this process's children
+    (GCS, raylet, dashboard, monitors: Ray's own list of them, taken right after it); with
+    everything below them now (agents, workers). Ray ends them itself; one still alive
+    ``grace`` seconds later is killed. A driver that joined a cluster started none, so a
+    cluster is never touched; neither is any other child of the program.
     """
-    ours = _started_processes(ray)
+    ours = list(processes)
+    if ours:
+        import psutil
+
+        for root in processes:
+            try:
+                ours.extend(root.children(recursive=True))
+            except psutil.Error:  # ended already (its children, if any, go unseen)
+                pass
     ray.shutdown()
     if not ours:
         return
-    import psutil
-
     _, alive = psutil.wait_procs(ours, timeout=grace)
     for proc in alive:
         try:
@@ -297,24 +308,29 @@ def _stop(ray: ModuleType, grace: float = 5.0) -> None:
     psutil.wait_procs(alive, timeout=grace)
 
 
-def _started_processes(ray: ModuleType) -> list[Any]:
-    """The processes of a local Ray that this process started (see :func:`_stop`); none
-    when Ray does not say (a joined cluster, another Ray version) or psutil is missing."""
+def _local_node(ray: ModuleType) -> Any:
+    """Ray's record of the node ``ray.init`` started or joined in this process, if any."""
+    try:
+        return ray._private.worker._global_node
+    except AttributeError:  # another Ray version: nothing is swept after the shutdown
+        return None
+
+
+def _started_processes(node: Any) -> list[Any]:
+    """The processes a ``ray.init`` just started as this process's children (none when it
+    joined a cluster, when Ray does not say, or without psutil)."""
     try:
         import psutil
 
-        node = ray._private.worker._global_node  # Ray's record of what ray.init started
         pids = {info.process.pid for infos in node.all_processes.values() for info in infos}
     except Exception:
         return []
     procs: list[Any] = []
-    for pid in pids:
+    for pid in sorted(pids):
         try:
-            root = psutil.Process(pid)
-            if root.ppid() != os.getpid():  # only processes this one started
-                continue
-            procs.append(root)
-            procs.extend(root.children(recursive=True))
+            proc = psutil.Process(pid)
+            if proc.ppid() == os.getpid():  # only processes this one started
+                procs.append(proc)
         except psutil.Error:
             continue
     return procs
