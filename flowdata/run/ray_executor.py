@@ -24,9 +24,10 @@ engine that already schedules tasks across machines, rather than a home-made one
 * **Ctrl-C.** A ``ray.init`` or ``ray.shutdown`` cut in two by a ``KeyboardInterrupt``
   leaves processes that Ray no longer knows of (its agents ran on for a minute) or crashes
   in Ray's C++ (a segfault at exit), so a Ctrl-C is held back while either runs and raised
-  right after. A Ctrl-C during a map cancels the pending tasks, waits a moment for the
-  cancellations, shuts down a Ray this executor started, and is raised again; whatever
-  that Ray started and is still alive a few seconds later is killed (see :func:`_stop`).
+  right after. A Ctrl-C during a map shuts down a Ray this executor started at once (its
+  workers end with it; on a Ray that stays up the pending tasks are cancelled), and is
+  raised again; whatever that Ray started and is still alive a few seconds later is
+  killed (see :func:`_stop`).
 
 Ray is imported on first use (``pip install flowdata[ray]``). ``ray.init`` runs only when
 Ray is not initialised yet, with the executor's arguments; a Ray the program started (or a
@@ -202,14 +203,20 @@ class RayExecutor:
             interrupted = True
             raise
         finally:
-            # A stop (Ctrl-C, an error, a consumer that had enough) drops what is pending:
-            # queued tasks never start, a running one is interrupted. A second Ctrl-C does
-            # not cut the cancellations (or the shutdown after a first one) in two.
+            # A stop drops what is pending. A second Ctrl-C does not cut this in two.
             with sigint_deferred():
-                _cancel(ray, pending, wait=interrupted and self._started is not None)
-                del shared
-                if interrupted:  # the user wants out: a Ray started here stops now
+                if interrupted and self._started is not None:
+                    # The user wants out: a Ray started here stops now, its workers with it.
+                    # No ray.cancel first: one that races a task's completion ends this
+                    # process in a fatal check of Ray's (task_manager.cc, "Tried to complete
+                    # task that was not pending"), seen in 1 of 14 Ctrl-Cs here.
+                    del shared
                     self.close()
+                else:
+                    # An error, a consumer that had enough, a Ctrl-C on a Ray that stays up:
+                    # queued tasks never start, a running one is interrupted.
+                    _cancel(ray, pending)
+                    del shared
 
     def _wait(self, ray: ModuleType, ref: ObjectRef[Any]) -> Any:
         """The task's outcome, waited for in short slices (so a Ctrl-C is seen at once)."""
@@ -261,20 +268,12 @@ def _session(ray: ModuleType) -> tuple[str, str]:
     return str(ctx.get_node_id()), str(ctx.get_job_id())
 
 
-def _cancel(ray: ModuleType, pending: Iterable[ObjectRef[Any]], *, wait: bool) -> None:
-    """Cancels each pending task once (never twice: a task cancelled again can crash its
-    worker in Ray), and with ``wait`` gives the cancellations a moment to be answered, so
-    that a shutdown right after does not meet their replies half-way."""
-    refs = list(pending)
-    for ref in refs:
+def _cancel(ray: ModuleType, pending: Iterable[ObjectRef[Any]]) -> None:
+    """Cancels each pending task once (a task cancelled twice can crash its worker in Ray)."""
+    for ref in pending:
         try:
             ray.cancel(ref)
         except Exception:  # finished or gone meanwhile: nothing to cancel
-            pass
-    if wait and refs:
-        try:
-            ray.wait(refs, num_returns=len(refs), timeout=2.0)
-        except Exception:  # a Ray already going down: the shutdown follows anyway
             pass
 
 
