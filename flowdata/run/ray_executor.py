@@ -21,6 +21,13 @@ engine that already schedules tasks across machines, rather than a home-made one
   node lost) is a :class:`~flowdata.run.executors.WorkerDied`; Ray does not retry the
   task (``max_retries=0``): flowdata knows which chunks to compute again (a sample past
   ``timeout=`` is reported, not retried).
+* **Ctrl-C.** A ``ray.init`` or ``ray.shutdown`` cut in two by a ``KeyboardInterrupt``
+  leaves processes that Ray no longer knows of (its agents ran on for a minute) or crashes
+  in Ray's C++ (a segfault at exit), so a Ctrl-C is held back while either runs and raised
+  right after. A Ctrl-C during a map shuts down a Ray this executor started at once (its
+  workers end with it; on a Ray that stays up the pending tasks are cancelled), and is
+  raised again; whatever that Ray started and is still alive a few seconds later is
+  killed (see :func:`_stop`).
 
 Ray is imported on first use (``pip install flowdata[ray]``). ``ray.init`` runs only when
 Ray is not initialised yet, with the executor's arguments; a Ray the program started (or a
@@ -45,7 +52,7 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from flowdata.errors import FlowdataError, describe
-from flowdata.run.executors import WorkerDied, pickled_task
+from flowdata.run.executors import WorkerDied, pickled_task, sigint_deferred
 
 if TYPE_CHECKING:
     from types import ModuleType
@@ -105,6 +112,7 @@ class RayExecutor:
         self.max_in_flight = max_in_flight
         self.init_kwargs = init_kwargs
         self._started: tuple[str, str] | None = None  # the Ray session this executor started
+        self._processes: list[Any] = []  # what its ray.init started here (see _stop)
         self._remote: Any = None
 
     def __repr__(self) -> str:
@@ -117,20 +125,38 @@ class RayExecutor:
         """Ray, initialised: by this executor if nobody did before."""
         ray = _import_ray()
         if not ray.is_initialized():
-            try:
-                ray.init(address=self.address, num_cpus=self.num_cpus, **self.init_kwargs)
-            except Exception as exc:
-                raise FlowdataError(
-                    f"{self!r} could not start or reach Ray: {describe(exc)}\n"
-                    "  fix: give the address of a running cluster (address='auto' for the one "
-                    "`ray start` runs here), or leave address out to start a local Ray; "
-                    "num_cpus applies only to a Ray this executor starts"
-                ) from exc
-            self._started = _session(ray)
+            self._start(ray)
         if self._remote is None:
             # Ray retries nothing: flowdata computes again what a lost worker held.
             self._remote = ray.remote(num_cpus=1, max_retries=0)(_run_remote)
         return ray
+
+    def _start(self, ray: ModuleType) -> None:
+        """``ray.init`` with this executor's arguments, never cut in two by a Ctrl-C.
+
+        Interrupted half-way, ``ray.init`` forgets the processes it already started (its
+        agents then ran on for up to 100 s) or leaves a half-made core worker that crashed
+        at exit. A Ctrl-C is therefore held back until it returns; then the Ray just
+        started is shut down and the ``KeyboardInterrupt`` raised.
+        """
+        try:
+            with sigint_deferred():
+                before = _local_node(ray)
+                try:
+                    ray.init(address=self.address, num_cpus=self.num_cpus, **self.init_kwargs)
+                except Exception as exc:
+                    raise FlowdataError(
+                        f"{self!r} could not start or reach Ray: {describe(exc)}\n"
+                        "  fix: give the address of a running cluster (address='auto' for the one "
+                        "`ray start` runs here), or leave address out to start a local Ray; "
+                        "num_cpus applies only to a Ray this executor starts"
+                    ) from exc
+                self._started = _session(ray)
+                node = _local_node(ray)
+                self._processes = _started_processes(node) if node is not before else []
+        except KeyboardInterrupt:
+            self.close()
+            raise
 
     @property
     def num_workers(self) -> int:
@@ -160,6 +186,7 @@ class RayExecutor:
             ref: ObjectRef[Any] = remote.remote([shared], pickled_task(task, "Ray workers"))
             return ref
 
+        interrupted = False
         try:
             for task in it:
                 pending.append(submit(task))
@@ -172,15 +199,24 @@ class RayExecutor:
                 if task is not _END:
                     pending.append(submit(task))
                 yield _unpack(outcome)
+        except KeyboardInterrupt:
+            interrupted = True
+            raise
         finally:
-            # A stop (Ctrl-C, an error, a consumer that had enough) drops what is pending:
-            # queued tasks never start, a running one is interrupted.
-            for ref in pending:
-                try:
-                    ray.cancel(ref)
-                except Exception:  # finished or gone meanwhile: nothing to cancel
-                    pass
-            del shared
+            # A stop drops what is pending. A second Ctrl-C does not cut this in two.
+            with sigint_deferred():
+                if interrupted and self._started is not None:
+                    # The user wants out: a Ray started here stops now, its workers with it.
+                    # No ray.cancel first: one that races a task's completion ends this
+                    # process in a fatal check of Ray's (task_manager.cc, "Tried to complete
+                    # task that was not pending"), seen in 1 of 14 Ctrl-Cs here.
+                    del shared
+                    self.close()
+                else:
+                    # An error, a consumer that had enough, a Ctrl-C on a Ray that stays up:
+                    # queued tasks never start, a running one is interrupted.
+                    _cancel(ray, pending)
+                    del shared
 
     def _wait(self, ray: ModuleType, ref: ObjectRef[Any]) -> Any:
         """The task's outcome, waited for in short slices (so a Ctrl-C is seen at once)."""
@@ -203,8 +239,9 @@ class RayExecutor:
 
     def close(self) -> None:
         """``ray.shutdown()`` if this executor called ``ray.init``; a Ray initialised
-        elsewhere is left as it is."""
+        elsewhere is left as it is. A Ctrl-C meanwhile is raised once Ray is down."""
         started, self._started = self._started, None
+        processes, self._processes = self._processes, []
         if started is None:
             return
         self._remote = None
@@ -212,7 +249,8 @@ class RayExecutor:
 
         # Not a Ray the program started again itself after shutting this one down.
         if ray.is_initialized() and _session(ray) == started:
-            ray.shutdown()
+            with sigint_deferred():
+                _stop(ray, processes)
 
     def __enter__(self) -> RayExecutor:
         return self
@@ -228,6 +266,73 @@ def _session(ray: ModuleType) -> tuple[str, str]:
     """This driver's node and job: a Ray started again has another node id."""
     ctx = ray.get_runtime_context()
     return str(ctx.get_node_id()), str(ctx.get_job_id())
+
+
+def _cancel(ray: ModuleType, pending: Iterable[ObjectRef[Any]]) -> None:
+    """Cancels each pending task once (a task cancelled twice can crash its worker in Ray)."""
+    for ref in pending:
+        try:
+            ray.cancel(ref)
+        except Exception:  # finished or gone meanwhile: nothing to cancel
+            pass
+
+
+def _stop(ray: ModuleType, processes: list[Any], grace: float = 5.0) -> None:
+    """``ray.shutdown()``, then kills what the local Ray started here leaves running.
+
+    ``processes`` are those this executor's ``ray.init`` started as this process's children
+    (GCS, raylet, dashboard, monitors: Ray's own list of them, taken right after it); with
+    everything below them now (agents, workers). Ray ends them itself; one still alive
+    ``grace`` seconds later is killed. A driver that joined a cluster started none, so a
+    cluster is never touched; neither is any other child of the program.
+    """
+    ours = list(processes)
+    if ours:
+        import psutil
+
+        for root in processes:
+            try:
+                ours.extend(root.children(recursive=True))
+            except psutil.Error:  # ended already (its children, if any, go unseen)
+                pass
+    ray.shutdown()
+    if not ours:
+        return
+    _, alive = psutil.wait_procs(ours, timeout=grace)
+    for proc in alive:
+        try:
+            proc.kill()  # psutil refuses a pid reused by another process meanwhile
+        except psutil.Error:
+            pass
+    psutil.wait_procs(alive, timeout=grace)
+
+
+def _local_node(ray: ModuleType) -> Any:
+    """Ray's record of the node ``ray.init`` started or joined in this process, if any."""
+    try:
+        return ray._private.worker._global_node
+    except AttributeError:  # another Ray version: nothing is swept after the shutdown
+        return None
+
+
+def _started_processes(node: Any) -> list[Any]:
+    """The processes a ``ray.init`` just started as this process's children (none when it
+    joined a cluster, when Ray does not say, or without psutil)."""
+    try:
+        import psutil
+
+        pids = {info.process.pid for infos in node.all_processes.values() for info in infos}
+    except Exception:
+        return []
+    procs: list[Any] = []
+    for pid in sorted(pids):
+        try:
+            proc = psutil.Process(pid)
+            if proc.ppid() == os.getpid():  # only processes this one started
+                procs.append(proc)
+        except psutil.Error:
+            continue
+    return procs
 
 
 def _pickled_context(fn: Callable[..., Any], context: Any) -> bytes:
