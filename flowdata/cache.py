@@ -20,7 +20,10 @@ An entry is a folder ``pass-<key>`` holding ``manifest.json`` and one ``.npz`` p
 with its ``state_dict`` (plain arrays, loaded with ``allow_pickle=False``). It is written to
 a temporary folder and renamed into place, so a reader never sees half an entry. The
 manifest records each file's SHA-256; a missing, truncated or altered file is reported in
-the log and the pass is recomputed — a cache entry is never trusted blindly.
+the log and the pass is recomputed — a cache entry is never trusted blindly. A FIFO, socket,
+device or folder where one of its files should be is never opened for reading (a FIFO
+would wait for a writer): the entry is ignored, left alone, said once per process, and the
+pass computed (:mod:`flowdata._files`).
 """
 
 from __future__ import annotations
@@ -104,19 +107,21 @@ class PassCache:
         """The stored states of ``names`` under ``key`` and the entry's ``about`` record."""
         import numpy as np
 
+        from flowdata._files import NotAFile, open_regular
+
         entry = self._entry(key)
         manifest_path = os.path.join(entry, "manifest.json")
         if not os.path.exists(manifest_path):
             return None
         try:
-            with open(manifest_path, encoding="utf-8") as f:
+            with open_regular(manifest_path, "r", encoding="utf-8") as f:
                 manifest = json.load(f)
             if manifest.get("version") != _VERSION or manifest.get("key") != key:
                 raise ValueError("manifest does not match this key")
             states: dict[str, dict[str, Any]] = {}
             for name in names:
                 meta = manifest["nodes"][name]
-                with open(os.path.join(entry, meta["file"]), "rb") as f:
+                with open_regular(os.path.join(entry, meta["file"])) as f:
                     data = f.read()
                 if hashlib.sha256(data).hexdigest() != meta["sha256"]:
                     raise ValueError(f"checksum of {meta['file']} does not match")
@@ -126,6 +131,12 @@ class PassCache:
             if not isinstance(about, dict):
                 raise ValueError("manifest's 'about' is not a record")
             return states, about
+        except NotAFile as exc:  # never made by flowdata: maybe another program's, so left where it is
+            say([("flowdata.cache", f"foreign:{exc.path}",
+                  f"cache entry {entry} holds {exc}: the entry is ignored and left alone, and the pass is "
+                  "computed (fix: remove the entry's folder, or give cache_dir a folder that only flowdata "
+                  "writes to)")])
+            return None
         except Exception as exc:  # any damage: say so, set the entry aside, recompute
             log.warning("cache entry %s is unreadable (%s: %s); recomputing", entry, type(exc).__name__, exc)
             self._discard(entry)

@@ -40,6 +40,7 @@ from typing import Any, cast
 
 import numpy as np
 
+from flowdata._files import NotAFile, open_regular
 from flowdata.stats import Vocab, Vocabulary
 
 _log = logging.getLogger("flowdata")
@@ -209,7 +210,12 @@ def _file_rows(manifest: str, suffixes: Collection[str]) -> Iterator[dict[str, s
         yield from _pattern(manifest, suffixes)
         return
     folder = os.path.dirname(os.path.abspath(manifest))
-    with open(manifest, newline="", encoding="utf-8-sig") as f:  # a BOM (Excel) is not part of "path"
+    try:  # a FIFO or a device is refused, never opened: reading one could wait forever
+        f = open_regular(manifest, "r", newline="", encoding="utf-8-sig")  # a BOM (Excel) is not part of "path"
+    except NotAFile as exc:
+        raise ValueError(f"{manifest}: the manifest is {exc.kind}, not a regular file\n"
+                         "  fix: give a path,label CSV file, a folder of class folders or a glob pattern") from None
+    with f:
         reader = csv.DictReader(f)
         missing = {"path", "label"} - set(reader.fieldnames or ())
         if missing:

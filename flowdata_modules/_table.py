@@ -24,6 +24,7 @@ import re
 from collections.abc import Iterator, Mapping
 from typing import Any
 
+from flowdata._files import kind_of, open_regular
 from flowdata.errors import InputError
 
 __all__ = ["ROW_ERROR", "columns_of", "names_of", "read_table", "row_error", "table_columns"]
@@ -103,8 +104,14 @@ def _open(path: str, columns: list[str] | None, encoding: str, column_types: Map
 
 
 def _exists(path: str) -> None:
+    """A table path names a file, or a folder (of Parquet files); a FIFO, a socket or a
+    device is refused before anything opens it (reading one could wait forever)."""
     if not os.path.exists(path):
         raise FileNotFoundError(f"table: {path} does not exist; fix: give the path of a CSV or Parquet file")
+    kind = kind_of(os.stat(path).st_mode)
+    if kind is not None and kind != "a directory":
+        raise InputError(f"table: {path} is {kind}, not a regular file\n"
+                         "  fix: give the path of a CSV or Parquet file (or a folder of Parquet files)")
 
 
 def _is_parquet(path: str) -> bool:
@@ -135,7 +142,7 @@ def _header(path: str, encoding: str) -> list[str]:
     delimiter = _delimiter(path)
     codec = "utf-8-sig" if _is_utf8(encoding) else encoding  # pyarrow skips a UTF-8 byte-order mark too
     try:
-        with open(path, "rb") as f:  # the first line only: a bad byte in a row is that row's error
+        with open_regular(path) as f:  # the first line only: a bad byte in a row is that row's error
             line = f.readline()
         names = next(csv.reader([line.decode(codec)], delimiter=delimiter), None) if line.strip() else None
     except UnicodeDecodeError as exc:

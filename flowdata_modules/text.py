@@ -285,18 +285,29 @@ def _load(path: str, max_length: int | None = None) -> Any:
         from tokenizers import Tokenizer
     except ImportError as err:  # pragma: no cover - tokenizers is pinned
         raise ImportError("the tokenizer option needs Hugging Face tokenizers: pip install tokenizers") from err
+    from flowdata._files import NotAFile, check_regular
+
     path = os.fspath(path)
     try:
-        info = os.stat(path)
+        info = check_regular(path)  # a FIFO is refused, not waited on
     except FileNotFoundError:
         raise FileNotFoundError(f"tokenizer: {path} does not exist; fix: give the path of a tokenizers JSON file "
                                 "(Tokenizer.save(path)), or None for the built-in tokenizer") from None
+    except NotAFile as exc:
+        raise ValueError(f"tokenizer: {path} is {exc.kind}, not a regular file; fix: give the path of a tokenizers "
+                         "JSON file (Tokenizer.save(path)), or None for the built-in tokenizer") from None
     key = (os.getpid(), os.path.abspath(path), info.st_mtime_ns, info.st_size, -1 if max_length is None else max_length)
     tok = _CACHE.get(key)
     if tok is None:
         if len(_CACHE) > 16:
             _CACHE.clear()
-        tok = Tokenizer.from_file(path)
+        try:
+            tok = Tokenizer.from_file(path)
+        except Exception as exc:  # the Rust parser's own error (a plain Exception): kept as the cause
+            raise ValueError(
+                f"tokenizer: {path} is not a tokenizers JSON file that loads ({info.st_size} bytes): {exc}; fix: "
+                "give the file Tokenizer.save(path) wrote (re-save it, or download it again if it was cut short), "
+                "or None for the built-in tokenizer") from exc
         if max_length is not None:
             tok.no_padding()  # padding is token_ids' job (to max_length, with pad_id)
             tok.enable_truncation(max_length)

@@ -456,6 +456,20 @@ class DataLoader(TorchDataLoader):  # type: ignore[type-arg]
                 state["padding_batches"] = self._evening.padding_batches
         return state
 
+    def _stream_holds(self, epoch: int, served: int) -> int:
+        """The batches this rank's stream holds in ``epoch``, counted up to ``served``: its
+        items are read in this process (nothing is computed), as far as a resume at
+        ``served`` reads them in each worker anyway; an endless stream stops there."""
+        d: Any = self.flow_dataset
+        before = d.epoch
+        d.epoch = epoch  # the shuffle of that epoch
+        batches = d.batches()
+        try:
+            return _count_batches(batches, served)
+        finally:
+            batches.close()  # the source's generator ends here, not when collected
+            d.epoch = before
+
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Resumes at the batch after the last one served, without recomputing earlier ones.
 
@@ -480,6 +494,15 @@ class DataLoader(TorchDataLoader):  # type: ignore[type-arg]
                 + (f" of {total} batches per epoch" if total is not None else "") + ")\n"
                 "  fix: pass a state_dict() of a flowdata.DataLoader as it was saved"
             )
+        if self.flow_sampler is None and not isinstance(self.flow_dataset, LaneDataset) and served:
+            held = self._stream_holds(int(epoch), int(served))  # type: ignore[arg-type]
+            if held < served:
+                raise FlowdataError(
+                    f"cannot resume: the saved position is impossible (version {state.get('version')!r}, epoch "
+                    f"{epoch!r}, batches_served {served!r} of {held} batches in that epoch of the stream of source "
+                    f"'{self.flow_dataset.spec.group}')\n"
+                    "  fix: pass a state_dict() of a flowdata.DataLoader as it was saved, over the same data"
+                )
         self._resume_lanes = None
         self._resume_padding = 0
         if isinstance(self.flow_dataset, LaneDataset) and served:
@@ -495,6 +518,16 @@ class DataLoader(TorchDataLoader):  # type: ignore[type-arg]
         self._resume_at = int(served)  # type: ignore[arg-type]
         self._finished = False
         self._start_at(self._resume_at)
+
+def _count_batches(batches: Iterator[Any], at_most: int) -> int:
+    """How many of ``batches`` there are, counting no further than ``at_most``."""
+    held = 0
+    for _ in batches:
+        held += 1
+        if held >= at_most:
+            break
+    return held
+
 
 def _saved_lanes(state: Mapping[str, Any], served: int) -> tuple[list[Lane], dict[int, int], int | None]:
     """The lanes (in the order the workers take them), their served batches and the lane

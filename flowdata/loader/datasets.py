@@ -407,15 +407,23 @@ class LaneDataset(StreamWork):
 
     def _lane(self, source: ShardedSource, lane: Lane) -> Iterator[Batch]:
         skip = self.done.get(lane.number, 0)
+        held = 0
         for n, indices, items in lane_batches(
             source, lane, batch_size=self.batch_size, drop_last=self.drop_last, shuffle=self.shuffle,
             shuffle_buffer=self.shuffle_buffer, seed=self.seed, epoch=self.epoch, exclude=self.exclude,
         ):
+            held = n + 1
             if n < skip:
                 continue  # served before the resume: not computed
             batch = self._compute(indices, items)
             batch.lane = lane.number
             yield batch
+        if held < skip:  # a lane's shards are read only here, so its position is checked here
+            raise FlowdataError(
+                f"cannot resume: the saved position is impossible (lane {lane.number} of the stream of source "
+                f"'{self.spec.group}' served {skip} batches of epoch {self.epoch}, but it holds {held})\n"
+                "  fix: pass a state_dict() of a flowdata.DataLoader as it was saved, over the same data"
+            )
 
     def _computed(self) -> Iterator[Batch]:
         info = get_worker_info()

@@ -1,15 +1,18 @@
-"""Checks shared by the decoders: the file exists and is not empty."""
+"""Checks shared by the decoders: the file exists, is a regular file and is not empty."""
 
 from __future__ import annotations
 
 import os
 import stat
 
+from flowdata._files import NotAFile, kind_of, open_regular
 from flowdata.errors import MediaError
 
 
 def existing(path: str | os.PathLike[str], name: str | None = None) -> str:
-    """The path as a string; raises MediaError when it is missing, a folder, or empty.
+    """The path as a string; raises MediaError when it is missing, a folder, not a regular
+    file (a FIFO, a socket, a device: refused before it is opened, which could wait
+    forever), or empty.
 
     Args:
         path: The local file.
@@ -30,12 +33,24 @@ def existing(path: str | os.PathLike[str], name: str | None = None) -> str:
         raise MediaError(name, f"cannot be opened ({reason})", "check the path and the disk") from exc
     if stat.S_ISDIR(st.st_mode):
         raise MediaError(name, "is a folder, not a file")
+    kind = kind_of(st.st_mode)
+    if kind is not None:
+        raise MediaError(name, _not_a_file(kind), _FIX)
     if st.st_size == 0:
         raise MediaError(name, "file is empty (0 bytes)", "re-export or remove the file")
     try:
-        with open(text, "rb"):
+        with open_regular(text):
             pass
+    except NotAFile as exc:  # replaced since the look above
+        raise MediaError(name, _not_a_file(exc.kind), _FIX) from None
     except OSError as exc:  # the system refuses: say so, never "corrupt"
         reason = (exc.strerror or type(exc).__name__).lower()
         raise MediaError(name, f"cannot be opened ({reason})", "check the file's permissions and the disk") from exc
     return text
+
+
+_FIX = "give the path of a media file; to decode what a pipe or a device delivers, read it in a node and pass the bytes"
+
+
+def _not_a_file(kind: str) -> str:
+    return f"is {kind}, not a regular file"

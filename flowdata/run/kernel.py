@@ -262,16 +262,21 @@ def _compute(
         except (Exception, SystemExit, SampleTimeout) as exc:  # sys.exit() in a node is that node's failure
             # list.extend keeps what it appended before the error: len(out) is the failing sample.
             i = len(out) if at is None else at[len(out)]
+            if cache is not None:  # the chunk is computed again, or fails: nothing of it is written
+                cache.drop()
             return ChunkResult(indices, {}, _failure(name, node.location, indices[i], items[i], exc), 0.0, worker)
         timing[name] = time.perf_counter() - t
         if out and contradicts(out[0], node.type):  # each chunk's first value: one isinstance per node
             i = 0 if at is None else at[0]
             error = return_type_error(node, out[0])
+            if cache is not None:  # the chunk is computed again, or fails: nothing of it is written
+                cache.drop()
             return ChunkResult(indices, {}, _failure(name, node.location, indices[i], items[i], error), 0.0, worker)
         if cache is not None:
             bad = cache.write(name, range(n) if at is None else at, out)
             if bad is not None:
                 i, err = bad
+                cache.drop()  # the chunk is computed again, or fails: nothing of it is written
                 return ChunkResult(indices, {}, _failure(name, node.location, indices[i], items[i], err), 0.0, worker)
         if at is not None:
             full: list[Any] = [None] * n

@@ -316,6 +316,14 @@ class ChunkCache:
                 counts[4] += 1
         return None
 
+    def drop(self) -> None:
+        """Forgets the values this chunk queued: a chunk that fails is computed again without
+        the failing sample (or not at all), and what it queued would be written twice."""
+        for c in self.cached.values():
+            store_for(c).drop()
+        for counts in self.counts.values():
+            counts[3] = counts[4] = 0
+
     def flush(self) -> None:
         """Writes the queued values (one segment per cached node); those a folder that cannot
         be written did not take are counted as not cached."""
@@ -323,5 +331,5 @@ class ChunkCache:
             lost, size = store_for(c).flush()
             if lost:
                 counts = self.counts[c.name]
-                counts[3] -= min(size, counts[3])  # records queued by an earlier chunk may be among them
+                counts[3] -= size
                 counts[4] += lost

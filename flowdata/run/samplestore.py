@@ -24,7 +24,10 @@ it when first written. Nothing is ever unpickled: a record is decoded from its J
 header and its bytes, after its CRC-32 matches. A segment whose index does
 not check out (truncated, overwritten, foreign), or holds a record whose bytes do not
 match its checksum, is left out whole and removed: logged once with its path, its samples
-are computed again and written anew.
+are computed again and written anew. Something that is not a file where a segment should
+be (a FIFO, a socket, a device, a folder named ``*.seg``) is never opened for reading (a
+FIFO would wait for a writer): it is ignored, left alone and logged once, and its
+samples are computed (:mod:`flowdata._files`).
 
 A folder that cannot be written (read-only, a full disk, a file in the way) leaves nothing
 behind (a segment is written to a temporary name and renamed into place, or removed) and
@@ -404,8 +407,10 @@ class SampleStore:
                 self._open(os.path.join(self.folder, name))
 
     def _open(self, path: str) -> None:
+        from flowdata._files import NotAFile, open_regular
+
         try:
-            with open(path, "rb") as f:
+            with open_regular(path) as f:
                 size = os.fstat(f.fileno()).st_size
                 if size < len(_MAGIC) + _FOOTER.size + len(_END):
                     raise ValueError("too short")
@@ -417,6 +422,9 @@ class SampleStore:
             if start < len(_MAGIC) or zlib.crc32(m[start : start + length]) != crc:
                 raise ValueError("its index does not match its checksum")
             entries = json.loads(m[start : start + length])
+        except NotAFile as exc:
+            self._foreign(path, exc.kind)
+            return
         except (OSError, ValueError) as exc:
             self._damaged(path, f"{exc}")
             return
@@ -462,6 +470,17 @@ class SampleStore:
         except OSError:
             pass  # gone already (another process found it too), or read-only: left out all the same
 
+    def _foreign(self, path: str, kind: str) -> None:
+        """Something not a file where a segment should be (flowdata never makes one): left
+        alone -- it may be another program's, and opening a FIFO would wait for a writer --
+        ignored, and said once."""
+        if path not in self._warned:
+            self._warned.add(path)
+            _NOTES.append(("flowdata", f"foreign:{path}",
+                           f"sample cache segment {path} is {kind}, not a regular file: it is ignored and left "
+                           "alone, and its samples are computed and written to new segments (fix: remove it, or give "
+                           "cache_dir a folder that only flowdata writes to)"))
+
     # --- writing ----------------------------------------------------------------------------
 
     def put(self, key: str, body: bytes) -> bool:
@@ -474,6 +493,11 @@ class SampleStore:
         self._pending.append((key, body))
         self._written += len(body)
         return True
+
+    def drop(self) -> None:
+        """Forgets the queued records (their chunk failed: see
+        :meth:`flowdata.run.samplecache.ChunkCache.drop`)."""
+        self._pending, self._written = [], 0
 
     def flush(self) -> tuple[int, int]:
         """Writes the queued records as one segment, renamed into place in one step.

@@ -606,12 +606,24 @@ def _into_place(written: str, folder: str, name: str) -> str:
     contents' SHA-256): a file already there with those contents (another loader's over
     the same items) is used instead, and ``written`` removed, so that loaders over the
     same items share one file. Returns the path the index is read from (``written``
-    itself when the renaming fails: a whole index all the same)."""
+    itself when the renaming fails: a whole index all the same). Something not a file
+    under that name (a FIFO, a socket, a device, a folder) is left alone and said once:
+    the index is read from ``written``, removed like any temporary index once this
+    process is gone."""
+    from flowdata._files import NotAFile
+
     try:
         digest = _file_digest(written)
         path = os.path.join(folder, f"{name}-{digest[:16]}.arrow")
         try:
             same = _file_digest(path) == digest
+        except NotAFile as exc:
+            from flowdata.cache import say
+
+            say([("flowdata.cache", f"foreign:{path}",
+                  f"{exc}, where the index of source '{name}' goes: it is left alone, and the index is read "
+                  f"from {written} (fix: remove it, or give cache_dir a folder that only flowdata writes to)")])
+            return written
         except OSError:
             same = False  # not there (or unreadable: replaced)
         if same:
@@ -632,8 +644,10 @@ def _into_place(written: str, folder: str, name: str) -> str:
 def _file_digest(path: str) -> str:
     import hashlib
 
+    from flowdata._files import open_regular
+
     h = hashlib.sha256()
-    with open(path, "rb") as f:
+    with open_regular(path) as f:
         for block in iter(lambda: f.read(1 << 20), b""):
             h.update(block)
     return h.hexdigest()

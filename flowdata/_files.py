@@ -1,0 +1,87 @@
+"""Opening the files flowdata reads without ever blocking on one that is not a file.
+
+``open()`` of a FIFO (named pipe) for reading waits until some process opens it for
+writing -- forever, in a cache folder or a manifest -- and a character device such as
+``/dev/zero`` never ends. Every file flowdata reads (cache entries, media, manifests,
+tables, tokenizers) is first looked at with ``stat``: anything but a regular file (a FIFO,
+a socket, a device, a directory) is refused at once with :class:`NotAFile`, which says
+what it is. :func:`open_regular` opens with ``O_NONBLOCK`` and checks the opened file
+again, so a FIFO put in place between the look and the ``open`` is refused too instead
+of waited on.
+
+:class:`NotAFile` is an ``OSError``: where flowdata already goes on past a file it cannot
+read (a cache entry), it goes on past this one the same way.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import stat
+from typing import IO, Any
+
+__all__ = ["NotAFile", "check_regular", "kind_of", "open_regular"]
+
+
+def kind_of(mode: int) -> str | None:
+    """What a ``st_mode`` names, in words ("a FIFO (named pipe)", ...); None for a regular file."""
+    if stat.S_ISREG(mode):
+        return None
+    if stat.S_ISDIR(mode):
+        return "a directory"
+    if stat.S_ISFIFO(mode):
+        return "a FIFO (named pipe)"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    if stat.S_ISCHR(mode):
+        return "a character device"
+    if stat.S_ISBLK(mode):
+        return "a block device"
+    return "not a regular file"  # pragma: no cover - doors, whiteouts: other systems' kinds
+
+
+class NotAFile(OSError):
+    """A path that names something other than a regular file.
+
+    Attributes:
+        path: The path.
+        kind: What it is, in words (see :func:`kind_of`).
+    """
+
+    def __init__(self, path: str, kind: str):
+        super().__init__(f"{path} is {kind}, not a regular file")
+        self.path = path
+        self.kind = kind
+
+    def __reduce__(self) -> tuple[Any, ...]:  # travels from a worker as it is
+        return (NotAFile, (self.path, self.kind))
+
+
+def check_regular(path: str) -> os.stat_result:
+    """``os.stat(path)``, refused with :class:`NotAFile` unless it is a regular file (links
+    are followed). Other errors (``FileNotFoundError``, ``PermissionError``) are raised as
+    they are."""
+    st = os.stat(path)
+    kind = kind_of(st.st_mode)
+    if kind is not None:
+        raise NotAFile(path, kind)
+    return st
+
+
+def open_regular(path: str, mode: str = "rb", **kwargs: Any) -> IO[Any]:
+    """``open(path, mode)`` for reading, refused at once with :class:`NotAFile` unless
+    ``path`` is a regular file (never blocks on a FIFO). ``kwargs`` go to ``open``
+    (``encoding``, ``newline``)."""
+    if any(c in mode for c in "wax+"):
+        raise ValueError(f"open_regular() only reads, got mode {mode!r}")
+    check_regular(path)  # a socket cannot be opened at all: said as what it is, not "no such device"
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    try:
+        kind = kind_of(os.fstat(fd).st_mode)
+        if kind is not None:  # replaced between the look and the open
+            raise NotAFile(path, kind)
+        fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) & ~os.O_NONBLOCK)
+        return os.fdopen(fd, mode, **kwargs)
+    except BaseException:
+        os.close(fd)
+        raise
