@@ -270,9 +270,19 @@ def zero_margins(y: torch.Tensor, margins: tuple[int, int, int, int]) -> torch.T
 
 
 def make_grid(thetas: list[tuple[float, ...]], out: Size, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
-    """The sampling grid ``[len(thetas), H', W', 2]`` of normalised maps."""
-    theta = torch.tensor(thetas, dtype=dtype, device=device).view(-1, 2, 3)
-    return F.affine_grid(theta, [len(thetas), 1, out[0], out[1]], align_corners=False)
+    """The sampling grid ``[len(thetas), H', W', 2]`` of normalised maps: ``affine_grid``'s
+    (to float rounding), as two broadcast sums of a row and a column, a quarter of its time
+    (it multiplies a ``[H' W', 3]`` base grid by each map). Every operation is elementwise,
+    so a sample's grid has the same bits alone as in a batch."""
+    oh, ow = out
+    theta = torch.tensor(thetas, dtype=dtype, device=device).view(-1, 2, 3, 1, 1)
+    # pixel centres in normalised coordinates, (2k + 1 - n) / n: whole numbers until the division
+    xs = torch.arange(ow, dtype=dtype, device=device).mul_(2.0).add_(1.0 - ow).div_(ow)
+    ys = torch.arange(oh, dtype=dtype, device=device).mul_(2.0).add_(1.0 - oh).div_(oh)[:, None]
+    grid = torch.empty(theta.shape[0], oh, ow, 2, dtype=dtype, device=device)
+    for k in range(2):  # x, then y
+        torch.add(theta[:, k, 0] * xs, theta[:, k, 1] * ys + theta[:, k, 2], out=grid[..., k])
+    return grid
 
 
 def sample_grid(x: torch.Tensor, grid: torch.Tensor, mode: str, padding_mode: str) -> torch.Tensor:
