@@ -271,17 +271,17 @@ def zero_margins(y: torch.Tensor, margins: tuple[int, int, int, int]) -> torch.T
 
 def make_grid(thetas: list[tuple[float, ...]], out: Size, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
     """The sampling grid ``[len(thetas), H', W', 2]`` of normalised maps: ``affine_grid``'s
-    (to float rounding), as two broadcast sums of a row and a column, a quarter of its time
-    (it multiplies a ``[H' W', 3]`` base grid by each map). Every operation is elementwise,
+    (to float rounding), as the broadcast sum of a row and a column: a third of its time on
+    224 x 224, no slower on 30 x 30 (it multiplies a ``[H' W', 3]`` base grid by each map,
+    allocating both). Every operation is elementwise,
     so a sample's grid has the same bits alone as in a batch."""
     oh, ow = out
-    theta = torch.tensor(thetas, dtype=dtype, device=device).view(-1, 2, 3, 1, 1)
+    theta = torch.tensor(thetas, dtype=dtype, device=device).view(-1, 2, 3, 1, 1).unbind(2)
     # pixel centres in normalised coordinates, (2k + 1 - n) / n: whole numbers until the division
-    xs = torch.arange(ow, dtype=dtype, device=device).mul_(2.0).add_(1.0 - ow).div_(ow)
-    ys = torch.arange(oh, dtype=dtype, device=device).mul_(2.0).add_(1.0 - oh).div_(oh)[:, None]
-    grid = torch.empty(theta.shape[0], oh, ow, 2, dtype=dtype, device=device)
-    for k in range(2):  # x, then y
-        torch.add(theta[:, k, 0] * xs, theta[:, k, 1] * ys + theta[:, k, 2], out=grid[..., k])
+    xs = torch.arange(1 - ow, ow, 2, dtype=dtype, device=device).div_(ow)
+    ys = torch.arange(1 - oh, oh, 2, dtype=dtype, device=device).div_(oh)[:, None]
+    grid = torch.empty(len(thetas), oh, ow, 2, dtype=dtype, device=device)
+    torch.add(theta[0] * xs, (theta[1] * ys).add_(theta[2]), out=grid.movedim(-1, 1))  # x and y at once
     return grid
 
 
