@@ -14,8 +14,9 @@ compose into one map ``M = M_k ... M_1`` (Python floats), and the run is carried
   centre ``p``, after, where ``M`` shrinks along an axis (by however little) and
   ``antialias`` is on, an antialiasing prefilter (:class:`~flowdata.transforms.prefilter.Prefilter`:
   torchvision's triangle for that shrink, sampled at half the output's spacing or at the
-  input's, folded into ``M``; at the input's, a run with no random member under ``"zeros"``
-  filters only the rows and columns its grid reads).
+  input's, folded into ``M``; at the input's, a run under ``"zeros"`` filters only the
+  rows and columns its grid reads: a random run only on the CPU, where a batch then runs
+  sample by sample, so that a sample alone and its row of a batch are the same operations).
 
 Other members (``Normalize``, a nested ``Compose``, any ``nn.Module``) run as themselves
 between runs. A ``Pad`` whose padding ``grid_sample`` cannot reproduce at the run's
@@ -325,7 +326,7 @@ class Compose(FeatureTransform):
 
     def _batch(self, x: torch.Tensor, plans: list[_Plan]) -> torch.Tensor:
         """A plan per sample: exact ones slice each sample, the rest share batched grid_samples
-        (one per prefilter; usually one); filter-matrix plans run sample by sample."""
+        (one per prefilter; usually one); filter-matrix and windowed plans run sample by sample."""
         if any(p.separable is not None or p.crop is not None for p in plans):  # a window (or matrices) each
             return torch.stack([self._one(x[n], p, cache=False) for n, p in enumerate(plans)])
         if all(p.exact is not None for p in plans) and all(p.prefilter is None for p in plans):
