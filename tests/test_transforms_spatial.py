@@ -577,7 +577,56 @@ def test_a_prefiltered_batch_equals_its_samples_one_by_one() -> None:
         assert torch.allclose(batch, torch.stack([augment(x[n], seeded(n)) for n in range(4)]), atol=1e-6)
     for fixed in (Compose(Resize(30), Rotate(10)), Compose(Resize((50, 60)), Rotate(10), CenterCrop(40))):
         assert torch.allclose(fixed(x), torch.stack([fixed(s) for s in x]), atol=1e-6)  # one plan (cropped) for all
-    # a fixed run filters only the rows and columns its grid reads: the same values as all of them
+    # under zeros a run filters only the rows and columns its grid reads, random or not: the same
+    # values as filtering all of them (under "border", which filters all; the frame is cropped away)
     run = (Resize((50, 60)), Rotate(10), CenterCrop(40))
-    whole = Compose(*run, RandomHorizontalFlip(0.0))(x[0], seeded(0))  # random, so not cropped; p=0: no flip
+    whole = Compose(*run, padding_mode="border")(x[0])
     assert torch.allclose(Compose(*run)(x[0]), whole, atol=2e-5)
+    flip = RandomHorizontalFlip(0.0)  # random, p=0: no flip
+    assert torch.allclose(Compose(*run, flip)(x[0], seeded(0)), whole, atol=2e-5)
+
+
+def test_a_random_batch_equals_its_samples_alone_to_the_last_bit() -> None:
+    # each sample filters its own window (a 3-tap at the input's pixels), or the whole image (an
+    # interpolate first, shrunk by 2 or more); masked where the frame shows, not where it is cropped away
+    x = torch.rand(6, 3, 90, 120)
+    for augment in (Compose(Resize((60, 80)), RandomAffine(25, scale=(0.8, 1.2)), CenterCrop(40)),
+                    Compose(RandomAffine(30, translate=(0.2, 0.2), scale=(0.3, 1.2)), Resize((40, 50))),
+                    Compose(Resize((70, 80)), RandomAffine(10), CenterCrop(50), RandomHorizontalFlip())):
+        gens = [seeded(s) for s in range(6)]
+        batch = augment(x, gens)
+        alone = torch.stack([augment(x[n], seeded(n)) for n in range(6)])
+        assert torch.equal(batch, alone)
+        g = seeded(7)
+        assert torch.equal(augment(x, seeded(7)), torch.stack([augment(x[n], g) for n in range(6)]))
+
+
+@pytest.mark.parametrize("crop", [60, 100, 120, 126, 128, 130, 132, 140])
+def test_the_coverage_mask_is_skipped_only_where_it_would_change_nothing(crop: int,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    # a turn whose frame's edges are cropped away samples as "border" and skips the mask (all
+    # ones there): the same bits as applying it. Crops about 130 of a 160 turned by 15 degrees
+    # put the corners' footprints just inside, on or just outside the frame's edge.
+    from flowdata.transforms import compose
+
+    x = torch.rand(2, 3, 200, 200)
+    members = [(Resize(160), Rotate(15), CenterCrop(crop)), (Resize(160), RandomAffine(15), CenterCrop(crop))]
+    masks: list[int] = []
+    real = compose.coverage_mask
+
+    def counting(covers: list[object], *args: object) -> torch.Tensor:
+        masks.append(len(covers))
+        return real(covers, *args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(compose, "coverage_mask", counting)
+    fixed = Compose(*members[0])(x)
+    if crop <= 120:  # well inside the turned frame: skipped
+        assert masks == []
+    if crop >= 140:  # the corners' footprints reach the frame's edge: masked
+        assert masks == [1]
+    fast = [fixed, Compose(*members[1])(x, [seeded(0), seeded(1)])]
+    monkeypatch.setattr(compose, "fully_covered", lambda cover, out: False)
+    masks.clear()
+    slow = [Compose(*members[0])(x), Compose(*members[1])(x, [seeded(0), seeded(1)])]
+    assert len(masks) == 3  # the mask applied everywhere, as before the skip
+    assert torch.equal(slow[0], fast[0]) and torch.equal(slow[1], fast[1])

@@ -14,8 +14,9 @@ compose into one map ``M = M_k ... M_1`` (Python floats), and the run is carried
   centre ``p``, after, where ``M`` shrinks along an axis (by however little) and
   ``antialias`` is on, an antialiasing prefilter (:class:`~flowdata.transforms.prefilter.Prefilter`:
   torchvision's triangle for that shrink, sampled at half the output's spacing or at the
-  input's, folded into ``M``; at the input's, a run with no random member under ``"zeros"``
-  filters only the rows and columns its grid reads).
+  input's, folded into ``M``; at the input's, a run under ``"zeros"`` filters only the
+  rows and columns its grid reads: a random run only on the CPU, where a batch then runs
+  sample by sample, so that a sample alone and its row of a batch are the same operations).
 
 Other members (``Normalize``, a nested ``Compose``, any ``nn.Module``) run as themselves
 between runs. A ``Pad`` whose padding ``grid_sample`` cannot reproduce at the run's
@@ -38,7 +39,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from flowdata.transforms.coverage import Coverage, coverage_mask, coverage_plan
+from flowdata.transforms.coverage import Coverage, coverage_mask, coverage_plan, fully_covered
 from flowdata.transforms.features import FeatureTransform
 from flowdata.transforms.prefilter import Prefilter, apply_prefilter, prefilter_plan
 from flowdata.transforms.sampling import (
@@ -114,8 +115,12 @@ class _Plan:
                 self.margins = outside_margins(inverse, size, out)
             # prefiltered (it shrinks) under zeros: the frame's edges fade over each output pixel's footprint
             if padding_mode == "zeros" and self.prefilter is not None and self.margins is None:
-                self.cover = coverage_plan(original, self.size, out)
-            if self.margins is not None or self.cover is not None:
+                self.padding = "border"
+                cover = coverage_plan(original, self.size, out)
+                # no edge reaches any footprint (cropped away): the mask would be all ones, so
+                # "border" alone gives the same bits
+                self.cover = None if fully_covered(cover, out) else cover
+            if self.margins is not None:
                 self.padding = "border"
 
 
@@ -255,12 +260,15 @@ class Compose(FeatureTransform):
                     self._memo.plans.clear()
                 plan = self._memo.plans[key] = self._plan(run, size, None)
             return self._one(x, plan, cache=True)
+        # on the CPU each sample filters only what its grid reads, in a batch as alone (the same
+        # operations on the same window: the same bits); elsewhere whole images, so that a batch
+        # is one batched pass where launches, not pixels, are the cost
+        crop = x.device.type == "cpu"
         if x.dim() == 3:
             assert not isinstance(generator, list)
-            # not cropped: a sample drawn alone equals its row of a batch to the last bits
-            return self._one(x, self._plan(run, size, generator, crop=False), cache=False)
+            return self._one(x, self._plan(run, size, generator, crop), cache=False)
         own = generator if isinstance(generator, list) else [generator] * x.shape[0]
-        return self._batch(x, [self._plan(run, size, g, crop=False) for g in own])  # one prefilter per group
+        return self._batch(x, [self._plan(run, size, g, crop) for g in own])  # one prefilter per group
 
     def _one(self, x: torch.Tensor, plan: _Plan, cache: bool) -> torch.Tensor:
         """One plan for the whole of ``x`` (a sample, or a batch under a fixed run)."""
@@ -318,8 +326,8 @@ class Compose(FeatureTransform):
 
     def _batch(self, x: torch.Tensor, plans: list[_Plan]) -> torch.Tensor:
         """A plan per sample: exact ones slice each sample, the rest share batched grid_samples
-        (one per prefilter; usually one); filter-matrix plans run sample by sample."""
-        if any(p.separable is not None for p in plans):
+        (one per prefilter; usually one); filter-matrix and windowed plans run sample by sample."""
+        if any(p.separable is not None or p.crop is not None for p in plans):  # a window (or matrices) each
             return torch.stack([self._one(x[n], p, cache=False) for n, p in enumerate(plans)])
         if all(p.exact is not None for p in plans) and all(p.prefilter is None for p in plans):
             return torch.stack([take_exact(x[n], p.exact, self.padding_mode)  # type: ignore[arg-type]

@@ -30,9 +30,13 @@ import torch
 
 from flowdata.transforms.sampling import AffineMap, Size
 
-__all__ = ["Coverage", "coverage_mask", "coverage_plan"]
+__all__ = ["Coverage", "coverage_mask", "coverage_plan", "fully_covered"]
 
 _THIN = 1e-6  # the narrow spread's least width: keeps q = m / w finite for an unturned axis
+# how far past the full-coverage point (input pixels, plus this much of the distance) every
+# corner must be for the mask to be skipped: the mask's distances are float32 sums, off by
+# a few of their last places, and a pixel counts as covered only where they agree
+_SURE, _SURE_REL = 1e-2, 1e-5
 
 
 @dataclass(frozen=True)
@@ -61,6 +65,22 @@ def coverage_plan(inverse: AffineMap, size: Size, out: Size) -> Coverage:
     return Coverage(edges, (wx, wy, wx, wy), (nx, ny, nx, ny))
 
 
+def fully_covered(cover: Coverage, out: Size) -> bool:
+    """Whether every output pixel's footprint lies wholly inside the input, so that the mask
+    would be exactly 1 everywhere (the frame's edges cropped away, as a centre crop after a
+    small turn does) and multiplying by it would change nothing. An edge's distance is
+    affine in the pixel, so its least value over the output is at one of the four corner
+    pixels' centres."""
+    corners = [(j, i) for j in (0.5, out[1] - 0.5) for i in (0.5, out[0] - 0.5)]
+    for (alpha, beta, gamma), wide, narrow in zip(cover.edges, cover.wide, cover.narrow):
+        full = (wide + narrow) / 2.0  # the trapezoid's full-coverage point
+        for j, i in corners:
+            t = alpha * j + beta * i + gamma
+            if t < full + _SURE + _SURE_REL * (abs(alpha * j) + abs(beta * i) + abs(gamma)):
+                return False
+    return True
+
+
 def coverage_mask(covers: list[Coverage], out: Size, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
     """``[len(covers), 1, H', W']``: each output pixel's coverage in ``[0, 1]``, computed in
     ``dtype`` (at least float32: distances are in input pixels) and returned in it."""
@@ -75,13 +95,15 @@ def coverage_mask(covers: list[Coverage], out: Size, dtype: torch.dtype, device:
     # [N, 4, H', W'], channels first so that every later operation runs along whole rows
     t = (coeffs[..., 0] * j) + (coeffs[..., 1] * i[:, None] + coeffs[..., 2])
     wide, narrow = per([c.wide for c in covers]).to(device), per([c.narrow for c in covers]).to(device)
-    # a trapezoid's distribution function: linear over |t| <= (wide - narrow) / 2, quadratic
-    # beyond; in place, as few full-size temporaries as can be (each one a fresh allocation)
+    # a trapezoid's distribution function, written as its deficit from 1/2 at |t|: with
+    # u = flat + narrow - |t| (0 from the full-coverage point on), max(u - narrow, 0) / wide
+    # + min(u, narrow)^2 / (2 narrow wide) -- exactly 0 where u is, so a covered pixel's mask
+    # is exactly 1 (and an outside one's 0); in place, as few full-size temporaries as can be
+    # (each one a fresh allocation)
     flat = (wide - narrow) * 0.5
-    r = t.abs().clamp_(max=flat + narrow)
-    q = torch.maximum(r, flat).sub_(flat).div_(narrow)  # in [0, 1] across the quadratic part
-    q.sub_(1.0).square_().neg_().add_(1.0).mul_(narrow / (2.0 * wide))  # q (2 - q) narrow / (2 wide)
-    g = torch.minimum(r, flat, out=r).div_(wide).add_(q)  # in [0, 1/2]
+    u = t.abs().neg_().add_(flat + narrow).clamp_(min=0.0)
+    s = torch.minimum(u, narrow).square_().mul_(0.5 / (narrow * wide))
+    g = u.sub_(narrow).clamp_(min=0.0).div_(wide).add_(s).neg_().add_(0.5)  # in [0, 1/2]
     cover = torch.copysign(g, t, out=g).add_(0.5)
     mask = cover[:, 0:1] * cover[:, 1:2]
     mask.mul_(cover[:, 2:3]).mul_(cover[:, 3:4])
