@@ -16,7 +16,7 @@ flowdata sends *chunks* of samples, never one task per sample.
 
 A context may offer ``describe_unpicklable() -> str``, which an executor uses to say what
 kept it from crossing to another process. ``close()`` is optional; executors flowdata
-creates itself are closed after the call. ``tests/test_conformance.py`` holds the suite
+creates itself are closed after the call. ``tests/conformance/test_executors.py`` holds the suite
 that every executor must pass.
 """
 

@@ -11,7 +11,7 @@ its workers, see ``flowdata.peak_memory``) while it
 - ``eager``: the usual hand-written preprocessing -- decode every clip into a list,
   compute every log-mel, stack, take the statistics over the array, then batch it.
 
-Run by ``tests/test_memory_bound.py`` (10,000 clips, the bound) and
+Run by ``tests/run/test_memory_bound.py`` (10,000 clips, the bound) and
 ``tests/benchmarks/bench_media.py`` (growth from 1,000 to 10,000 clips).
 """
 

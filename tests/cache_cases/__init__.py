@@ -1,1 +1,1 @@
-"""Modules of the sample-cache tests (tests/test_sample_cache.py)."""
+"""Modules of the sample-cache tests (tests/run/caching/test_sample_cache.py)."""

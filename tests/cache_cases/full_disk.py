@@ -1,4 +1,4 @@
-"""A run on a full disk (tests/test_faults_files.py):
+"""A run on a full disk (tests/faults/test_files.py):
 ``python -m tests.cache_cases.full_disk SCENARIO FOLDER CACHE_DIR FSIZE``.
 
 The process's files cannot grow past ``FSIZE`` bytes (``RLIMIT_FSIZE``, ``SIGXFSZ``

@@ -61,7 +61,7 @@ def index(cache: str, n: int, workers: int) -> dict[str, Any]:
 
 
 class Said(logging.Handler):
-    """Keeps the warnings logged (shared with tests/test_unwritable_cache.py)."""
+    """Keeps the warnings logged (shared with tests/faults/test_cache_dirs.py)."""
 
     def __init__(self) -> None:
         super().__init__(logging.WARNING)

@@ -1,6 +1,6 @@
 """Small dataflow modules, each with a plain-Python oracle (``_oracle``) and ``CASES``.
 
-Every module here is run by ``tests/test_conformance.py`` through ``execute()`` on every
+Every module here is run by ``tests/conformance/test_executors.py`` through ``execute()`` on every
 executor and compared with its oracle. Names starting with ``_`` are not nodes.
 """
 

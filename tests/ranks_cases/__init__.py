@@ -1,1 +1,1 @@
-"""Modules and the per-rank program of the ``torch.distributed`` tests (tests/test_ranks.py)."""
+"""Modules and the per-rank program of the ``torch.distributed`` tests (tests/run/distributed/test_ranks.py)."""

@@ -1,4 +1,5 @@
-"""A flow over a stream in shards, for the rank tests of evened streams (tests/test_ranks_shards.py).
+"""A flow over a stream in shards, for the rank tests of evened streams
+(tests/run/distributed/test_ranks_shards.py).
 
 ``row`` returns the stream it is given (flowdata's own sharded iterable, :class:`Shards`, or a
 Hugging Face ``IterableDataset`` of Parquet files); ``ident`` is the row's id, unique over the

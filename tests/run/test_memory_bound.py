@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 
-CHILD = Path(__file__).parent / "benchmarks" / "audio_memory_child.py"
+CHILD = Path(__file__).parents[1] / "benchmarks" / "audio_memory_child.py"
 
 
 PROBE = """

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 CASES = ROOT / "tests" / "typing_cases"
 USER_MODULE = CASES / "user_module.py"
 CASE_FILES = [USER_MODULE, CASES / "reductions.py", CASES / "usage.py"]

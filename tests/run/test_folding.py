@@ -16,7 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import flowdata as fd
-from tests.test_conformance import ShuffledExecutor, ThreadExecutor
+from tests.conformance.test_executors import ShuffledExecutor, ThreadExecutor
 
 FLOW = """
 from flowdata import Collect, {kind}, reduce

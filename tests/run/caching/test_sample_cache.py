@@ -25,7 +25,7 @@ import flowdata as fd
 from flowdata.run import samplecache
 from tests.cache_cases import images
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[3]
 N = 40
 
 

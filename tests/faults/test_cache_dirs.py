@@ -38,7 +38,7 @@ from tests.cache_cases import images
 from tests.cache_cases.unwritable_child import Said as _Said
 from tests.cache_cases.unwritable_child import run as _run
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 N = 40
 
 

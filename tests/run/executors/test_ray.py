@@ -26,9 +26,9 @@ from flowdata.cli import main
 from flowdata.report import Report
 from flowdata.run.executors import WorkerDied
 from tests.dataflows import two_pass
-from tests.test_execute import FAILING  # the same failing module as the other executors
+from tests.run.test_execute import FAILING  # the same failing module as the other executors
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 @pytest.fixture(scope="module", autouse=True)

@@ -16,7 +16,7 @@ import flowdata as fd
 from flowdata.cli import main
 from flowdata.errors import InputLikeNodeWarning
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _flowdata(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:

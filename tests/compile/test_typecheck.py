@@ -95,7 +95,7 @@ def test_type_names_are_readable() -> None:
     assert type_name(np.ndarray) == "numpy.ndarray"
     assert type_name(UserId) == "UserId"
     assert type_name(Annotated[int, "x"]) == "int"
-    assert type_name(Sequence[Base]) == "Sequence[tests.test_typecheck.Base]"  # where it can be imported from
+    assert type_name(Sequence[Base]) == "Sequence[tests.compile.test_typecheck.Base]"  # where it can be imported from
 
 
 def test_collection_element() -> None:

@@ -559,12 +559,12 @@ def test_pool_workers_die_with_their_parent(tmp_path: Path) -> None:
         "import os, signal, sys\n"
         "sys.path.insert(0, sys.argv[1])\n"
         "import flowdata as fd\n"
-        "from tests.test_execute import _worker_pid\n"
+        "from tests.run.test_execute import _worker_pid\n"
         "ex = fd.ProcessExecutor(num_workers=2)\n"
         "print(' '.join(map(str, set(ex.map(_worker_pid, range(8), context=None)))), flush=True)\n"
         "os.kill(os.getpid(), signal.SIGKILL)\n"
     )
-    root = str(Path(__file__).resolve().parents[1])
+    root = str(Path(__file__).resolve().parents[2])
     done = subprocess.run([sys.executable, str(script), root], capture_output=True, text=True, timeout=120)
     assert done.returncode == -signal.SIGKILL, done.stderr
     pids = [int(p) for p in done.stdout.split()]

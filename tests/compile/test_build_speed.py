@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 FLOWS = sorted(p.stem for p in (ROOT / "tests" / "dataflows").glob("*.py") if not p.stem.startswith("_"))
 PLAIN = [f for f in FLOWS if "hamilton" not in (ROOT / "tests" / "dataflows" / f"{f}.py").read_text()]
 

@@ -37,7 +37,7 @@ from flowdata.run import samplecache
 from tests.cache_cases import full_disk, images
 from tests.ranks_cases import shards_flow
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 HANG_S = 60
 N = 12
 

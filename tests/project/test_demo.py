@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-DEMO = Path(__file__).parents[1] / "examples" / "media_demo.py"
+DEMO = Path(__file__).parents[2] / "examples" / "media_demo.py"
 
 
 def test_demo_trains_both_classifiers(tmp_path: Path) -> None:
