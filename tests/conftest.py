@@ -1,4 +1,5 @@
-"""Shared helpers: build a driver from source text written to a temporary module."""
+"""Shared helpers: build a driver from source text written to a temporary module; a pool of
+worker processes for the tests of one module."""
 
 from __future__ import annotations
 
@@ -46,3 +47,10 @@ def build(make_module: object) -> object:
         return fd.Builder().with_modules(module).with_config(config or {}).build()
 
     return _build
+
+
+@pytest.fixture(scope="module")
+def pool() -> Iterator[fd.ProcessExecutor]:
+    """Two worker processes, started once for the tests of a module that ask for them."""
+    with fd.ProcessExecutor(num_workers=2) as ex:
+        yield ex

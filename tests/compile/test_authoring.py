@@ -1,4 +1,4 @@
-"""Authoring seams (issue 26): a module and its siblings under the command, private lambdas,
+"""Authoring: a module and its siblings under the command, private lambdas,
 did-you-means for swapped letters and case, a value that contradicts its annotation named
 at its node, and the command's fixes as commands."""
 

@@ -1,4 +1,4 @@
-"""A build as fast as a linter (issue 12, item 7): modules that use no Hamilton modifier or
+"""A build as fast as a linter: modules that use no Hamilton modifier or
 marker are built without importing Hamilton (and pandas through it), into the same graph."""
 
 from __future__ import annotations

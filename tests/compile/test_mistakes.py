@@ -1,4 +1,7 @@
-"""Mistakes a newcomer makes, caught when the graph is built or the call is made (issue 12)."""
+"""Mistakes a newcomer makes, caught when the graph is built or the call is made: near
+names, generators annotated as iterators, a per-sample iterator read as Collect, a source
+given one item, nodes flowdata cannot call (also through ``flowdata check``), the reducer
+result fix."""
 
 from __future__ import annotations
 

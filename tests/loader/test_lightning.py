@@ -1,5 +1,4 @@
-"""flowdata's loader under the real Lightning and Accelerate (issue 12, item 4): every
-epoch gets the order set_epoch(epoch) gives, on one device and with DDP over two processes
+"""flowdata's loader under the real Lightning and Accelerate: every epoch gets the order set_epoch(epoch) gives, on one device and with DDP over two processes
 (gloo); Accelerate's prepare() keeps the loader (dicts, skips reported, end_of_dataloader,
 checkpoints), in one process and in two."""
 

@@ -1,4 +1,6 @@
-"""Driver.dataloader(): batches, determinism across workers, exactly once, resume, errors."""
+"""Driver.dataloader(): batches, determinism across workers, exactly once, resume, errors
+(a source that raises while yielding is the same NodeError as under execute()), chained
+groups, and the statistics pass on an executor of the caller's."""
 
 from __future__ import annotations
 
@@ -12,6 +14,7 @@ from hypothesis import strategies as st
 
 import flowdata as fd
 from flowdata.loader import DataLoader, EpochBatches
+from flowdata.stats import Stats
 
 FLOW = """
 import os
@@ -494,3 +497,114 @@ def test_an_input_named_like_a_node_prunes_what_only_it_needed(build: Callable[.
     assert dr.run_sample(["scaled"], inputs={"scale": 2.0}, item=4)["scaled"] == 8.0
     assert len(dr.plan(["scaled"], inputs=["n", "scale"]).group("row").passes) == 1
     assert len(dr.plan(["scaled"], inputs=["n"]).group("row").passes) == 2
+
+
+# --- a source that raises while yielding --------------------------------------------------
+
+
+FAILING_SOURCE = """
+from flowdata import Collect, Parallel
+def item(n: int) -> Parallel[int]:
+    for i in range(n):
+        if i == 3:
+            raise OSError("disk gone")
+        yield i
+def doubled(item: int) -> int:
+    return 2 * item
+def total(doubled: Collect[int]) -> int:
+    return sum(doubled)
+"""
+
+
+SOURCE_ERROR = r"node 'item' \(.*:3\) failed: OSError: disk gone \(while producing sample 3\)"
+
+
+def test_source_error_from_execute(build: Callable[..., fd.Driver]) -> None:
+    """What execute() gives today; the loader must say the same."""
+    dr = build(FAILING_SOURCE)
+    with pytest.raises(fd.NodeError, match=SOURCE_ERROR) as info:
+        dr.execute(["total"], inputs={"n": 10})
+    assert isinstance(info.value.__cause__, OSError)
+
+
+@pytest.mark.parametrize(("streaming", "workers"), [(False, 0), (False, 2), (True, 0), (True, 2)], ids=["map-0", "map-2", "stream-0", "stream-2"])
+@pytest.mark.filterwarnings("ignore:This DataLoader will create")
+def test_source_error_from_dataloader_is_a_node_error(build: Callable[..., fd.Driver], streaming: bool, workers: int) -> None:
+    dr = build(FAILING_SOURCE)
+    with pytest.raises(fd.NodeError, match=SOURCE_ERROR):
+        loader = dr.dataloader(["doubled"], inputs={"n": 10}, batch_size=2, num_workers=workers, streaming=streaming)
+        for _ in loader:
+            pass
+
+
+# --- chained groups -----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+@pytest.mark.filterwarnings("ignore:This DataLoader will create")
+def test_loader_runs_chained_groups(workers: int) -> None:
+    from tests.dataflows import chained_groups
+
+    dr = fd.Builder().with_modules(chained_groups).build()
+    inputs = chained_groups.CASES[1]
+    assert dr.execute(chained_groups.OUTPUTS, inputs=inputs) == chained_groups._oracle(**inputs)
+    expected = [len(w) for s in inputs["sentences"] for w in s.split() if len(w) >= 3]
+    assert expected
+    loader = dr.dataloader(["word_length"], inputs=inputs, batch_size=4, num_workers=workers)
+    got = [int(x) for b in loader for x in b["word_length"]]
+    assert got == expected
+
+
+# --- the statistics pass on an executor of the caller's -----------------------------------
+
+
+def _stats_equal(a: Stats, b: Stats) -> bool:
+    return all(torch.equal(getattr(a, k), getattr(b, k)) for k in ("mean", "std", "var", "min", "max", "count"))
+
+
+STATS_FLOW = """
+import torch
+from flowdata import Collect, Parallel, reduce
+from flowdata.stats import Stats, Welford
+
+def item(n: int) -> Parallel[int]:
+    yield from range(n)
+
+def feature(item: int) -> torch.Tensor:
+    g = torch.Generator().manual_seed(item)
+    return 1e4 + torch.randn(3, generator=g, dtype=torch.float64)
+
+@reduce(Welford, dim=0)  # per feature, across samples
+def feature_stats(feature: Collect[torch.Tensor]) -> Stats: ...
+
+def normalized(feature: torch.Tensor, feature_stats: Stats) -> torch.Tensor:
+    return (feature - feature_stats.mean) / feature_stats.std
+"""
+
+
+def test_dataloader_statistics_pass_takes_an_executor(build: Callable[..., fd.Driver], pool: fd.ProcessExecutor) -> None:
+    dr = build(STATS_FLOW)
+    inputs = {"n": 300}
+    base = dr.dataloader(["normalized"], inputs=inputs, batch_size=50)
+    base_batches = [b["normalized"] for b in base]
+    for executor in ("inline", pool):
+        loader = dr.dataloader(["normalized"], inputs=inputs, batch_size=50, executor=executor)
+        assert loader.stats.keys() == base.stats.keys() == {"feature_stats"}
+        assert _stats_equal(loader.stats["feature_stats"], base.stats["feature_stats"]), executor
+        assert int(loader.stats["feature_stats"].count[0]) == 300
+        batches = [b["normalized"] for b in loader]
+        assert len(batches) == len(base_batches) and all(torch.equal(a, b) for a, b in zip(batches, base_batches, strict=True))
+
+
+def test_dataloader_executor_with_a_two_pass_module(pool: fd.ProcessExecutor) -> None:
+    from tests.dataflows import two_pass
+
+    dr = fd.Builder().with_modules(two_pass).build()
+    inputs = two_pass.CASES[2]
+    base = dr.dataloader(two_pass.LOADER_OUTPUTS, inputs=inputs, batch_size=100)
+    assert base.stats
+    for executor in ("inline", pool):
+        loader = dr.dataloader(two_pass.LOADER_OUTPUTS, inputs=inputs, batch_size=100, executor=executor)
+        assert loader.stats == base.stats
+        got = {k: [float(x) for b in loader for x in b[k]] for k in two_pass.LOADER_OUTPUTS}
+        assert got == two_pass._loader_oracle(**inputs)

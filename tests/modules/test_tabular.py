@@ -273,8 +273,8 @@ def test_the_statistics_come_from_the_pass_cache_the_second_time(tmp_path: Path)
 
 
 def test_a_constant_column_is_warned_once_not_by_every_loader(caplog: pytest.LogCaptureFixture) -> None:
-    # Issue 26: the warning repeated with each loader built over the same data (a
-    # validation loader, a second run in a notebook). Once per process for a column and its
+    # Once repeated with each loader built over the same data (a validation loader, a
+    # second run in a notebook). Once per process for a column and its
     # value; the same column constant at another value is news, and warned.
     table = pa.table({"steady": [4.25] * 6, "moving": [float(i) for i in range(6)], "label": ["a", "b"] * 3})
     dr = fd.Builder().with_modules(tabular).with_config({"numeric_columns": ["steady", "moving"]}).build()

@@ -1,4 +1,4 @@
-"""The documentation is tested (issue 12, item 8): every code block of README.md and
+"""The documentation is tested: every code block of README.md and
 docs/*.md is run as the page shows it, in order, in a temporary folder, and what it prints
 is compared with what the page says (``tests/doc_blocks.py`` has the rules; its
 ``--update`` mode rewrites a page's outputs from what the blocks print, so quoted output is

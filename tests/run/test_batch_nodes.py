@@ -1,4 +1,4 @@
-"""Batch nodes (issue 17, item 4): ``Batch[T]`` parameters read the collated batch of a
+"""Batch nodes: ``Batch[T]`` parameters read the collated batch of a
 per-sample node; the node runs once per batch, after collation, in the process that
 iterates the loader -- never in a DataLoader worker -- on ``device`` when given. The
 compiler's rules, ``execute()`` and ``run_sample()`` on batches, pictures."""

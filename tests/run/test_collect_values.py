@@ -1,10 +1,15 @@
 """What a plain Collect function receives: a lazy stream when it consumes it once on the
-spot, else a list -- so keeping, re-reading or combining a Collect argument works."""
+spot, else a list -- so keeping, re-reading, returning or combining a Collect argument
+works, judged by the code that really runs (numpy, generators, ``@does``, decorators that
+call the body twice)."""
 
 from __future__ import annotations
 
 import tracemalloc
 from collections.abc import Callable
+from typing import Any
+
+import pytest
 
 import flowdata as fd
 
@@ -127,3 +132,157 @@ def got(f: Collect[int]) -> str:
 def test_hamiltons_collect_is_always_a_list(build: Callable[..., fd.Driver]) -> None:
     dr = build(HAMILTON)
     assert dr.execute(["got"], inputs={"n": 4}) == {"got": "list"}
+
+
+# --- a Collect argument returned as it is, or iterated twice ------------------------------
+
+
+def _executor(name: str, pool: fd.ProcessExecutor) -> Any:
+    return pool if name == "processes" else "inline"
+
+
+RETURNED = """
+from flowdata import Collect, Parallel
+
+def item(n: int) -> Parallel[int]:
+    yield from range(n)
+
+def square(item: int) -> int:
+    return item * item
+
+def collected(square: Collect[int]) -> list[int]:
+    return square
+
+def total(collected: list[int]) -> int:
+    return sum(collected)
+
+def other(item: Collect[int]) -> list[int]:
+    return item
+
+def both(collected: list[int], other: list[int]) -> list[int]:
+    return collected + other
+
+def again(collected: list[int]) -> Parallel[int]:
+    yield from collected
+
+def plus_one(again: int) -> int:
+    return again + 1
+
+def plus_ones(plus_one: Collect[int]) -> list[int]:
+    return list(plus_one)
+
+def twice(square: Collect[int]) -> int:
+    return sum(square) + len(list(square))
+"""
+
+
+SQUARES = [i * i for i in range(20)]
+
+
+@pytest.mark.parametrize("executor", ["inline", "processes"])
+def test_collect_returned_as_it_is_keeps_its_values(build: Callable[..., fd.Driver], pool: fd.ProcessExecutor, executor: str) -> None:
+    dr = build(RETURNED)
+    out = dr.execute(["collected", "total"], inputs={"n": 20}, executor=_executor(executor, pool))
+    assert list(out["collected"]) == SQUARES
+    assert list(out["collected"]) == SQUARES  # a value, not a spent iterator
+    assert out["total"] == sum(SQUARES)
+
+
+def test_returned_collect_feeds_a_second_group(build: Callable[..., fd.Driver]) -> None:
+    dr = build(RETURNED)
+    assert dr.execute(["plus_ones"], inputs={"n": 20}) == {"plus_ones": [s + 1 for s in SQUARES]}
+
+
+def test_two_returned_collects_joined(build: Callable[..., fd.Driver]) -> None:
+    dr = build(RETURNED)
+    assert dr.execute(["both"], inputs={"n": 20}) == {"both": SQUARES + list(range(20))}
+
+
+def test_collect_parameter_iterated_twice(build: Callable[..., fd.Driver]) -> None:
+    dr = build(RETURNED)
+    assert dr.execute(["twice"], inputs={"n": 20}) == {"twice": sum(SQUARES) + 20}
+
+
+def test_hamiltons_collect_receives_a_list(build: Callable[..., fd.Driver]) -> None:
+    """Hamilton modules run unchanged: Hamilton's Collect[T] hands the function a real list."""
+    dr = build("""
+    from hamilton.htypes import Collect as HCollect, Parallelizable
+
+    def par(n: int) -> Parallelizable[int]:
+        yield from range(n)
+
+    def f(par: int) -> int:
+        return 3 * par
+
+    def got(f: HCollect[int]) -> list[int]:
+        assert isinstance(f, list), type(f).__name__
+        return f
+    """)
+    out = dr.execute(["got"], inputs={"n": 12})
+    assert type(out["got"]) is list and out["got"] == [3 * i for i in range(12)]
+
+
+# --- a Collect argument judged by the code that really runs -------------------------------
+
+
+WRAPPED = """
+import functools
+from collections.abc import Iterator
+
+import numpy as np
+from hamilton.function_modifiers import does
+from flowdata import Collect, Parallel
+
+def x(count: int) -> Parallel[float]:
+    yield from (float(i) for i in range(count))
+
+def np_all_positive(x: Collect[float]) -> bool:
+    return bool(np.all(x))
+
+def np_total(x: Collect[float]) -> float:
+    return float(np.sum(x))
+
+def backwards(x: Collect[float]) -> list[float]:
+    return list(reversed(x))
+
+def doubled(x: Collect[float]) -> Iterator[float]:
+    for v in x:
+        yield v * 2
+
+def _keep(x: list[float]) -> list[float]:
+    return list(x)
+
+@does(_keep)
+def kept(x: Collect[float]) -> list[float]:
+    pass
+
+def _retry(fn):
+    @functools.wraps(fn)
+    def wrapper(**kwargs):
+        try:
+            return fn(**kwargs)
+        except ZeroDivisionError:
+            return fn(**kwargs)
+    return wrapper
+
+CALLS = []
+
+@_retry
+def retried(x: Collect[float]) -> float:
+    CALLS.append(1)
+    total = sum(x)
+    if len(CALLS) == 1:
+        raise ZeroDivisionError("first try")
+    return total
+"""
+
+
+def test_collect_arguments_judged_by_what_really_runs(build: Callable[..., fd.Driver]) -> None:
+    dr = build(WRAPPED)
+    got = dr.execute(["np_all_positive", "np_total", "backwards", "doubled", "kept", "retried"], inputs={"count": 5})
+    assert got["np_all_positive"] is False  # np.all of a stream object was truthy
+    assert got["np_total"] == 10.0
+    assert got["backwards"] == [4.0, 3.0, 2.0, 1.0, 0.0]
+    assert list(got["doubled"]) == [0.0, 2.0, 4.0, 6.0, 8.0]  # a generator runs after the call
+    assert got["kept"] == [0.0, 1.0, 2.0, 3.0, 4.0]  # @does: the body that runs is not the source's
+    assert got["retried"] == 10.0  # a decorator may call the body twice

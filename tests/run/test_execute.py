@@ -1,4 +1,5 @@
-"""execute() semantics: lazy Collect, lockstep, one shared pass, early stop, errors, executors."""
+"""execute() semantics: lazy Collect, lockstep, one shared pass, early stop, errors, executors,
+overrides (a source overridden with its items), chunk_size checked."""
 
 from __future__ import annotations
 
@@ -638,3 +639,71 @@ def test_pool_workers_compute_with_one_torch_thread(method: str) -> None:
     pytest.importorskip("torch")
     with fd.ProcessExecutor(num_workers=2, start_method=method) as ex:
         assert set(ex.map(_torch_threads, range(4), context=None)) == {1}
+
+
+# --- chunk_size ---------------------------------------------------------------------------
+
+
+EARLY = """
+from flowdata import Collect, {kind}
+
+PULLED = []
+
+def s(n: int) -> {kind}[int]:
+    for i in range(n):
+        PULLED.append(i)
+        yield i
+
+def x(s: int) -> int:
+    return s
+
+def first_big(x: Collect[int]) -> int:
+    for v in x:
+        if v >= 5:
+            return v
+    return -1
+
+def also(x: Collect[int]) -> int:
+    return sum(x)
+"""
+
+
+@pytest.mark.parametrize("bad", [0, -2, 2.5, True])
+def test_chunk_size_is_checked(build: Callable[..., fd.Driver], bad: object) -> None:
+    dr = build(EARLY.format(kind="Parallel"))
+    with pytest.raises(fd.InputError, match=r"chunk_size=.*: expected a positive int, or None to adapt"):
+        dr.execute(["also"], inputs={"n": 10}, chunk_size=bad)  # type: ignore[arg-type]
+
+
+# --- overriding a source ------------------------------------------------------------------
+
+
+PARALLEL = """
+from hamilton.htypes import Collect, Parallelizable
+
+def par(n: int) -> Parallelizable[int]:
+    for i in range(n):
+        yield i
+
+def sq(par: int) -> int:
+    return par * par
+
+def total(sq: Collect[int]) -> int:
+    return sum(sq)
+"""
+
+
+def test_overriding_a_source_says_what_to_do_instead(make_module: Callable[[str], Any]) -> None:
+    dr = fd.Builder().with_modules(make_module(PARALLEL)).build()
+    with pytest.raises(fd.InputError, match=r"cannot override source 'par' \(.*:4\): it yields the samples of its group, one value per sample\n  fix: to run one item through the group, as Hamilton's single-chain idiom does: driver.run_sample\(\['sq'\], item=3\)"):
+        dr.execute(["total"], overrides={"par": 3})
+    assert dr.run_sample(["sq"], item=3) == {"sq": 9}  # the call it gives works
+
+
+@pytest.mark.parametrize("executor", ["inline", "processes"])
+def test_a_source_overridden_with_its_items(make_module: Callable[[str], Any], executor: str) -> None:
+    dr = fd.Builder().with_modules(make_module(PARALLEL)).build()
+    # The group runs over the items given; the source function (and its input n) is not needed.
+    assert dr.execute(["total"], overrides={"par": [1, 2, 3]}, executor=executor) == {"total": 14}
+    assert dr.execute(["total"], overrides={"par": (5,)}, executor=executor) == {"total": 25}
+    assert dr.execute(["total"], inputs={"n": 4}, executor=executor) == {"total": 14}  # unchanged otherwise

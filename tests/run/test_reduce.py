@@ -1,5 +1,5 @@
 """@reduce through execute(): one shared pass, folds in workers, bitwise-identical results,
-automatic passes, build-time checks and the pass cache."""
+automatic passes, build-time checks, the pass cache, and a reducer that refuses its options."""
 
 from __future__ import annotations
 
@@ -414,3 +414,37 @@ def test_a_reduction_whose_dim_keeps_the_sample_axis(build: Callable[..., fd.Dri
         @reduce(Welford, dim=1)
         def stats(vec: Collect[np.ndarray]) -> Stats: ...
         """)
+
+
+# --- a reducer that refuses its options ---------------------------------------------------
+
+
+REDUCER = """
+from flowdata import Collect, Parallel, reduce
+
+class Scaled:
+    def __init__(self, scale: float):
+        if scale <= 0:
+            raise ValueError(f"scale must be positive, got {scale}")
+        self.scale, self.total = scale, 0.0
+    def update(self, v):
+        self.total += v * self.scale
+    def merge(self, other):
+        self.total += other.total
+        return self
+    def result(self) -> float:
+        return self.total
+
+def x(n: int) -> Parallel[float]:
+    yield from (float(i) for i in range(n))
+
+@reduce(Scaled)
+def scaled(x: Collect[float], scale: float) -> float: ...
+"""
+
+
+def test_a_reducer_that_refuses_its_options_names_the_node(build: Callable[..., fd.Driver]) -> None:
+    dr = build(REDUCER)
+    assert dr.execute(["scaled"], inputs={"n": 4, "scale": 2.0}) == {"scaled": 12.0}
+    with pytest.raises(fd.NodeError, match=r"node 'scaled' \(.*:20\) failed: ValueError: scale must be positive, got -1.0"):
+        dr.execute(["scaled"], inputs={"n": 4, "scale": -1.0})

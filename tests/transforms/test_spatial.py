@@ -378,7 +378,7 @@ def test_errors_name_the_transform_and_the_fix() -> None:
     assert Compose(CenterCrop(4), HorizontalFlip())(torch.zeros(1, 8, 8, dtype=torch.uint8)).dtype == torch.uint8
 
 
-# --- antialiasing rotating runs, against a supersampled reference (issue 26) -------------------
+# --- antialiasing rotating runs, against a supersampled reference ------------------------------
 
 
 def supersampled(x: torch.Tensor, run: tuple[torch.nn.Module, ...], n: int = 8,
@@ -477,7 +477,7 @@ def tv_resize_rotate(x: torch.Tensor, size: int | tuple[int, int], degrees: floa
 @pytest.mark.parametrize(("size", "degrees"), [(30, 15.0), (64, 15.0), (30, 37.0), (64, 37.0), (170, 37.0)])
 def test_a_rotating_run_on_a_checkerboard_is_no_further_from_the_reference_than_torchvision(
         size: int, degrees: float) -> None:
-    # issue 26: shrunk by 2 or more, the turned frame's edges faded over half an output pixel
+    # shrunk by 2 or more, the turned frame's edges once faded over half an output pixel
     # (the reference: over the whole footprint), and at 37 degrees and a shrink of 1.5 the
     # 3-tap passed the diagonal Nyquist where the footprint's box inverts it
     board = checkerboard()

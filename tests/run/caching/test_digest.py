@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import subprocess
 import sys
+from collections.abc import Callable
 
 import pytest
 
@@ -54,3 +55,27 @@ def test_keys_are_the_same_in_another_process() -> None:
     code = "from flowdata.cache import digest; from flowdata.transforms import LogMel; print(digest(LogMel(n_mels=16)))"
     other = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
     assert other == digest(LogMel(n_mels=16))
+
+
+# --- torch modules of every kind ----------------------------------------------------------
+
+
+def _recurrent() -> torch.nn.Module:
+    return torch.nn.LSTM(3, 3)
+
+
+@pytest.mark.parametrize("make", [_recurrent, lambda: torch.nn.GRU(3, 3), lambda: torch.nn.MultiheadAttention(4, 2),
+                                  lambda: torch.jit.script(torch.nn.Linear(2, 2)),
+                                  lambda: torch.nn.utils.parametrizations.weight_norm(torch.nn.Linear(2, 2))],
+                         ids=["LSTM", "GRU", "MultiheadAttention", "ScriptModule", "weight_norm"])
+def test_the_key_of_a_torch_module_of_any_kind_sees_its_weights(make: Callable[[], torch.nn.Module]) -> None:
+    from flowdata.cache import digest
+
+    torch.manual_seed(0)
+    module = make()
+    torch.manual_seed(0)
+    assert digest(module) == digest(make())  # equal modules, equal keys (their pickles differ)
+    before = digest(module)
+    with torch.no_grad():
+        next(iter(module.parameters())).add_(1.0)
+    assert digest(module) != before

@@ -1,4 +1,5 @@
-"""The Source contract: open (guarded), index, fingerprint, shard -- for each adapter."""
+"""The Source contract: open (guarded), index, fingerprint, shard -- for each adapter; an
+index that raises is the source's error."""
 
 from __future__ import annotations
 
@@ -130,3 +131,37 @@ def test_a_mapped_table_lives_in_its_file_and_pickles_as_its_path(tmp_path: Path
     assert not Path(path).exists()  # removed with the table
     copy = mapped_table(iter(data.to_batches(max_chunksize=1000)), data.schema, "copy")
     assert copy.equals(data)
+
+
+# --- an index that raises -----------------------------------------------------------------
+
+
+FILES = """
+from flowdata import Parallel
+
+class Files:
+    def __init__(self, n):
+        self.n = n
+    def __len__(self):
+        return self.n
+    def __getitem__(self, i):
+        if i == 3:
+            raise FileNotFoundError(f"clip_{i}.wav")
+        if i >= self.n:
+            raise IndexError(i)
+        return f"clip_{i}.wav"
+
+def item(count: int) -> Parallel[str]:
+    return Files(count)
+
+def size(item: str) -> int:
+    return len(item)
+"""
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_an_index_that_raises_is_the_sources_error(build: Callable[..., fd.Driver], workers: int) -> None:
+    dr = build(FILES)
+    loader = dr.dataloader(["size"], inputs={"count": 8}, batch_size=4, num_workers=workers)
+    with pytest.raises(fd.NodeError, match=r"node 'item' \(.*:16\) failed: FileNotFoundError: clip_3.wav \(while producing sample 3\)"):
+        list(loader)

@@ -440,7 +440,7 @@ def test_a_stream_from_a_lambda_is_cached_by_its_rows(make_module: Callable[[str
     assert other.mean.item() == pytest.approx(15.0)
 
 
-# --- found in review ------------------------------------------------------------------------
+# --- other formats, undecoded columns, uneven and unopenable shards, take and skip ----------
 
 TEXT_FLOW = """
 from typing import Any

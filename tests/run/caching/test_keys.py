@@ -1,6 +1,8 @@
-"""Where caching meets state: keys that see the state of what a node reaches, and values that
-come back from the cache as they went in -- the sample cache (``cache=``) and the pass cache
-(``cache_dir=`` alone) alike, through the public API.
+"""Cache keys that see the state of what a node reaches -- a reducer's result it reads,
+weights loaded from a file, module-level arrays and objects changed in place, an edited
+helper behind ``functools.cache``, the same key in another process -- and what a key cannot
+see (an open handle): refused by ``cache=``, warned of once by the pass cache. The sample
+cache (``cache=``) and the pass cache (``cache_dir=`` alone) alike, through the public API.
 
 Nodes are in tests/cache_cases/seams.py; ``seams.CALLS`` lists what a cached node computed.
 """
@@ -9,7 +11,6 @@ from __future__ import annotations
 
 import importlib
 import logging
-import math
 import subprocess
 import sys
 import threading
@@ -172,7 +173,7 @@ def test_a_change_of_state_misses_in_the_sample_cache_and_the_pass_cache(
     assert len(calls()) == 2 * N, what  # the sample cache missed, and so did the pass cache
 
 
-def test_the_issue_encoder_reproducer_gives_the_new_weights(tmp_path: Path) -> None:
+def test_an_encoder_reloaded_with_new_weights_gives_the_new_values(tmp_path: Path) -> None:
     dr = driver()
     got = []
     for w in (1.0, 5.0):
@@ -325,104 +326,3 @@ def test_the_pass_cache_warns_once_and_computes_when_its_key_cannot_see(
 # --- fidelity: every value kind the docs list comes back as it went ---------------------------
 
 
-def same(a: Any, b: Any) -> bool:
-    """Equal in type and value (tensors: dtype, layout, shape, values, requires_grad)."""
-    if type(a) is not type(b):
-        return False
-    if isinstance(a, torch.Tensor):
-        if (a.dtype, a.layout, a.shape, a.requires_grad) != (b.dtype, b.layout, b.shape, b.requires_grad):
-            return False
-        if a.layout != torch.strided:
-            return bool(torch.equal(a.to_dense(), b.to_dense()))
-        return bool(torch.equal(a.detach().resolve_conj().resolve_neg(), b.detach()))
-    if isinstance(a, (np.ndarray, np.generic)):
-        return a.dtype == b.dtype and np.shape(a) == np.shape(b) and np.asarray(a).tobytes() == np.asarray(b).tobytes()
-    if isinstance(a, float) and math.isnan(a):
-        return math.isnan(b)
-    if isinstance(a, float):
-        return a == b and math.copysign(1, a) == math.copysign(1, b)
-    if isinstance(a, dict):
-        return list(a) == list(b) and all(same(a[k], b[k]) for k in a)
-    if isinstance(a, (list, tuple)):
-        return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b, strict=True))
-    return bool(a == b)
-
-
-@pytest.mark.parametrize("kind", list(seams.KINDS))
-def test_a_cached_value_comes_back_as_it_went(tmp_path: Path, kind: str) -> None:
-    dr = driver()
-    args: dict[str, Any] = dict(index=1, inputs={"n": 2, "kind": kind}, cache=["value"], cache_dir=tmp_path)
-    cold = dr.run_sample(["value"], **args)["value"]
-    assert calls() == [f"value {kind}"]
-    warm = dr.run_sample(["value"], **args)["value"]
-    assert calls() == []  # read back from the cache
-    assert same(seams.KINDS[kind](), cold) and same(cold, warm), (cold, warm)
-
-
-@pytest.mark.parametrize("kind", list(seams.REFUSED))
-def test_a_value_that_cannot_come_back_as_it_went_is_refused_when_first_written(tmp_path: Path, kind: str) -> None:
-    dr = driver()
-    said = {"OrderedDict": "is a collections.OrderedDict", "dataclass": "is a tests.cache_cases.seams.Box",
-            "object array": "is a numpy array of Python objects", "quantized tensor": "is a quantized tensor",
-            "dict with int keys": "is a dict with keys that are not strings"}[kind]
-    with pytest.raises(fd.SampleError, match=rf"node 'value' .*cache=\['value'\] cannot store what 'value' "
-                                             rf"returned: value {said}.*; a cached value must come back as it "
-                                             r"went.* -- fix: return one of those from 'value'"):
-        dr.run_sample(["value"], inputs={"n": 2, "kind": kind}, cache=["value"], cache_dir=tmp_path)
-
-
-@pytest.mark.parametrize("kind", ["sparse COO tensor", "conjugate tensor", "quantized tensor"])
-def test_on_error_skip_with_tensors_that_were_a_bare_runtime_error(tmp_path: Path, kind: str) -> None:
-    dr = driver()
-    report = fd.Report()
-    got = dr.execute(["values"], inputs={"n": 3, "kind": kind}, cache=["value"], cache_dir=tmp_path,
-                     on_error="skip", report=report)["values"]
-    if kind in seams.KINDS:  # stored and read back
-        assert report.skipped == [] and len(got) == 3
-        again = dr.execute(["values"], inputs={"n": 3, "kind": kind}, cache=["value"], cache_dir=tmp_path)["values"]
-        assert calls() == [f"value {kind}"] * 3
-        assert all(same(a, b) for a, b in zip(got, again, strict=True))
-    else:  # refused: each sample skipped, named with the node and the type
-        assert len(report.skipped) == 3
-        assert all(s.node == "value" and "cannot store what 'value' returned: value is a quantized tensor" in s.error
-                   for s in report.skipped)
-
-
-def _recurrent() -> torch.nn.Module:
-    return torch.nn.LSTM(3, 3)
-
-
-@pytest.mark.parametrize("make", [_recurrent, lambda: torch.nn.GRU(3, 3), lambda: torch.nn.MultiheadAttention(4, 2),
-                                  lambda: torch.jit.script(torch.nn.Linear(2, 2)),
-                                  lambda: torch.nn.utils.parametrizations.weight_norm(torch.nn.Linear(2, 2))],
-                         ids=["LSTM", "GRU", "MultiheadAttention", "ScriptModule", "weight_norm"])
-def test_the_key_of_a_torch_module_of_any_kind_sees_its_weights(make: Callable[[], torch.nn.Module]) -> None:
-    from flowdata.cache import digest
-
-    torch.manual_seed(0)
-    module = make()
-    torch.manual_seed(0)
-    assert digest(module) == digest(make())  # equal modules, equal keys (their pickles differ)
-    before = digest(module)
-    with torch.no_grad():
-        next(iter(module.parameters())).add_(1.0)
-    assert digest(module) != before
-
-
-def test_a_namedtuple_whose_class_is_not_imported_is_computed_again_not_damage(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
-    from flowdata.run.samplestore import MISS, SampleStore, encode_value
-
-    writer = SampleStore(str(tmp_path / "node"))
-    writer.put("k", encode_value(seams.Point(1, 2.5)))
-    writer.close()
-    monkeypatch.delattr(seams, "Point")  # a reader where the class cannot be found by its name
-    reader = SampleStore(str(tmp_path / "node"))
-    reader.refresh()
-    with caplog.at_level(logging.WARNING, logger="flowdata"):
-        assert reader.get("k") is MISS  # computed again by the caller
-    assert not caplog.records and len(list((tmp_path / "node").glob("*.seg"))) == 1  # not damage: kept
-    monkeypatch.undo()
-    got = reader.get("k")
-    assert type(got) is seams.Point and got == (1, 2.5)
-    reader.close()

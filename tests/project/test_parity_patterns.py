@@ -1,5 +1,6 @@
-"""Hamilton parity, round two (issue 12): modules in Hamilton's own patterns, each run under
-Hamilton and under flowdata in the same test."""
+"""Hamilton parity in Hamilton's own patterns (``@config.when``, ``@hamilton_exclude``,
+default arguments, a later module overriding a node): each module run under Hamilton and
+under flowdata in the same test."""
 
 from __future__ import annotations
 
@@ -97,17 +98,3 @@ def test_a_later_module_overrides_a_node(make_module: Callable[[str], Any]) -> N
         fd.Builder().with_modules(first, second).build()
 
 
-def test_overriding_a_source_says_what_to_do_instead(make_module: Callable[[str], Any]) -> None:
-    dr = fd.Builder().with_modules(make_module(PARALLEL)).build()
-    with pytest.raises(fd.InputError, match=r"cannot override source 'par' \(.*:4\): it yields the samples of its group, one value per sample\n  fix: to run one item through the group, as Hamilton's single-chain idiom does: driver.run_sample\(\['sq'\], item=3\)"):
-        dr.execute(["total"], overrides={"par": 3})
-    assert dr.run_sample(["sq"], item=3) == {"sq": 9}  # the call it gives works
-
-
-@pytest.mark.parametrize("executor", ["inline", "processes"])
-def test_a_source_overridden_with_its_items(make_module: Callable[[str], Any], executor: str) -> None:
-    dr = fd.Builder().with_modules(make_module(PARALLEL)).build()
-    # The group runs over the items given; the source function (and its input n) is not needed.
-    assert dr.execute(["total"], overrides={"par": [1, 2, 3]}, executor=executor) == {"total": 14}
-    assert dr.execute(["total"], overrides={"par": (5,)}, executor=executor) == {"total": 25}
-    assert dr.execute(["total"], inputs={"n": 4}, executor=executor) == {"total": 14}  # unchanged otherwise
