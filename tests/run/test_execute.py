@@ -4,20 +4,15 @@ overrides (a source overridden with its items), chunk_size checked."""
 from __future__ import annotations
 
 import os
-import signal
-import subprocess
 import sys
 import traceback
-import time
 import tracemalloc
-from pathlib import Path
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any, TypeVar
 
 import pytest
 
 import flowdata as fd
-from flowdata.run.worker import run_task
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -399,22 +394,6 @@ def test_unknown_executor(build: Callable[..., fd.Driver]) -> None:
         dr.execute(["a"], inputs={"x": 1}, executor=object())
 
 
-def test_spawn_start_method() -> None:
-    from tests.dataflows import two_pass
-
-    dr = fd.Builder().with_modules(two_pass).build()
-    inputs = two_pass.CASES[2]
-    with fd.ProcessExecutor(num_workers=2, start_method="spawn") as ex:
-        got = dr.execute(two_pass.OUTPUTS, inputs=inputs, executor=ex)
-    assert got == two_pass._oracle(**inputs)
-
-
-def test_worker_task_is_module_level() -> None:
-    import pickle
-
-    assert pickle.loads(pickle.dumps(run_task)) is run_task
-
-
 def test_parallel_memory_is_bounded_for_large_samples(build: Callable[..., fd.Driver]) -> None:
     dr = build("""
     from flowdata import Parallel, Collect
@@ -551,94 +530,6 @@ def test_too_many_skipped(make_module: Callable[[str], Any]) -> None:
     assert dr.execute(["total"], inputs={"n": 100}, on_error="skip", max_skipped=0.2)["total"] > 0
     with pytest.raises(fd.InputError, match=r"on_error='ignore': expected 'raise' or 'skip'"):
         dr.execute(["total"], inputs={"n": 1}, on_error="ignore")
-
-
-def test_pool_workers_die_with_their_parent(tmp_path: Path) -> None:
-    """A killed main process leaves no pool workers behind (they would hold memory and pipes)."""
-    script = tmp_path / "parent.py"
-    script.write_text(
-        "import os, signal, sys\n"
-        "sys.path.insert(0, sys.argv[1])\n"
-        "import flowdata as fd\n"
-        "from tests.run.test_execute import _worker_pid\n"
-        "ex = fd.ProcessExecutor(num_workers=2)\n"
-        "print(' '.join(map(str, set(ex.map(_worker_pid, range(8), context=None)))), flush=True)\n"
-        "os.kill(os.getpid(), signal.SIGKILL)\n"
-    )
-    root = str(Path(__file__).resolve().parents[2])
-    done = subprocess.run([sys.executable, str(script), root], capture_output=True, text=True, timeout=120)
-    assert done.returncode == -signal.SIGKILL, done.stderr
-    pids = [int(p) for p in done.stdout.split()]
-    assert pids and os.getpid() not in pids
-    deadline = time.monotonic() + 30
-    while any(_alive(p) for p in pids) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert not [p for p in pids if _alive(p)]
-
-
-def _worker_pid(_context: object, _: int) -> int:
-    time.sleep(0.05)
-    return os.getpid()
-
-
-def _alive(pid: int) -> bool:
-    psutil = pytest.importorskip("psutil")
-    try:
-        return bool(psutil.Process(pid).status() != psutil.STATUS_ZOMBIE)
-    except psutil.NoSuchProcess:
-        return False
-
-
-def test_forked_workers_run_torch_after_the_parent_used_its_threads(tmp_path: Path) -> None:
-    """torch's thread pool does not survive fork; workers must not wait on it forever.
-
-    Runs in a child process with a deadline, so a regression fails instead of hanging.
-    """
-    pytest.importorskip("torch")
-    (tmp_path / "torch_flow.py").write_text(
-        "import torch\n"
-        "from flowdata import Parallel, Collect\n"
-        "def seed(n: int) -> Parallel[int]:\n"
-        "    yield from range(n)\n"
-        "def norm(seed: int) -> float:\n"
-        "    g = torch.Generator().manual_seed(seed)\n"
-        "    return float((torch.randn(256, 256, generator=g) @ torch.randn(256, 256, generator=g)).abs().sum())\n"
-        "def total(norm: Collect[float]) -> int:\n"
-        "    return len(list(norm))\n"
-    )
-    script = tmp_path / "main.py"
-    script.write_text(
-        "import sys, torch\n"
-        "sys.path.insert(0, sys.argv[1])\n"
-        "import flowdata as fd, torch_flow\n"
-        "torch.set_num_threads(2)\n"
-        "torch.randn(512, 512) @ torch.randn(512, 512)  # wakes the parent's intra-op threads\n"
-        "dr = fd.Builder().with_modules(torch_flow).build()\n"
-        "with fd.ProcessExecutor(num_workers=2, start_method='fork') as ex:\n"
-        "    print(dr.execute(['total'], inputs={'n': 40}, executor=ex)['total'])\n"
-    )
-    try:
-        done = subprocess.run(
-            [sys.executable, str(script), str(tmp_path)], capture_output=True, text=True, timeout=120
-        )
-    except subprocess.TimeoutExpired:
-        pytest.fail("forked workers hung running torch after the parent had used its thread pool")
-    assert done.returncode == 0, done.stderr
-    assert done.stdout.split() == ["40"]
-
-
-def _torch_threads(_context: object, _: int) -> int:
-    import torch
-
-    return int(torch.get_num_threads())
-
-
-@pytest.mark.parametrize("method", ["fork", "spawn"])
-def test_pool_workers_compute_with_one_torch_thread(method: str) -> None:
-    """N workers with N threads each would oversubscribe the CPUs; spawned workers import torch late."""
-    pytest.importorskip("torch")
-    with fd.ProcessExecutor(num_workers=2, start_method=method) as ex:
-        assert set(ex.map(_torch_threads, range(4), context=None)) == {1}
 
 
 # --- chunk_size ---------------------------------------------------------------------------
