@@ -1,4 +1,4 @@
-"""Nodes whose cache keys must see state (tests/test_cache_seams.py).
+"""Nodes whose keys must see state, values of every kind (tests/run/caching/test_keys.py, test_codec.py).
 
 ``CALLS`` records every sample a cached node computed in this process (a module-level list:
 keyed by its type only, so that appending to it never changes a key).

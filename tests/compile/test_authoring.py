@@ -29,6 +29,7 @@ def _flowdata(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
                           timeout=300)
 
 
+@pytest.mark.procs
 def test_the_command_imports_a_module_that_imports_its_sibling(tmp_path: Path) -> None:
     project = tmp_path / "project"
     project.mkdir()

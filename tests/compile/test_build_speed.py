@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.procs  # every test here starts processes (workers, pools or programs)
+
 ROOT = Path(__file__).resolve().parents[2]
 FLOWS = sorted(p.stem for p in (ROOT / "tests" / "dataflows").glob("*.py") if not p.stem.startswith("_"))
 PLAIN = [f for f in FLOWS if "hamilton" not in (ROOT / "tests" / "dataflows" / f"{f}.py").read_text()]

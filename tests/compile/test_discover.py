@@ -114,6 +114,7 @@ def test_pipe(build: object) -> None:
     assert dr.execute(["result"], inputs={"start": 2}) == {"result": 30}
 
 
+@pytest.mark.procs
 def test_modifiers_work_inside_a_group(build: object) -> None:
     dr = build("""
     from hamilton.function_modifiers import parameterize, source, value, tag

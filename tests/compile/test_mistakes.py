@@ -124,6 +124,7 @@ def test_nodes_flowdata_cannot_call(build: Callable[..., fd.Driver]) -> None:
     assert [p.code for p in info.value.problems] == ["FD006", "FD007", "FD208"]
 
 
+@pytest.mark.procs
 def test_flowdata_check_reports_them(tmp_path: Path) -> None:
     (tmp_path / "unsupported.py").write_text(UNSUPPORTED)
     (tmp_path / "typo.py").write_text(TYPO)

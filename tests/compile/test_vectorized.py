@@ -86,6 +86,7 @@ def _calls(log: Path) -> list[tuple[int, int]]:
     return [(int(a), int(b)) for a, b in (line.split() for line in log.read_text().split("\n") if line)]
 
 
+@pytest.mark.procs
 def test_the_values_equal_a_per_sample_node_and_a_loader_batch_is_one_call(
     build: Callable[..., fd.Driver], _log: Path
 ) -> None:
@@ -189,6 +190,7 @@ def test_build_time_checks(build: Callable[..., fd.Driver], change: tuple[str, s
         build(FLOW.replace(*change))
 
 
+@pytest.mark.procs
 def test_mypy_checks_the_body_as_written(tmp_path: Path) -> None:
     source = tmp_path / "vec_flow.py"
     source.write_text(

@@ -94,6 +94,7 @@ def test_report_overlay(build: Callable[..., fd.Driver]) -> None:
     assert "samples seen" in _cluster(src, "row")
 
 
+@pytest.mark.procs
 def test_quotes_and_brackets_survive(build: Callable[..., fd.Driver], tmp_path: Path) -> None:
     dr = build(GENERIC)
     dot = dr.visualize(show_types=True)
@@ -101,6 +102,7 @@ def test_quotes_and_brackets_survive(build: Callable[..., fd.Driver], tmp_path: 
         dot.pipe(format="svg")  # dot parses it: nothing in the labels broke the syntax
 
 
+@pytest.mark.procs
 @pytest.mark.skipif(shutil.which("dot") is None, reason="graphviz's dot program is not installed")
 def test_renders_svg_and_png(tmp_path: Path) -> None:
     dr = fd.Builder().with_modules(example).build()
@@ -111,6 +113,7 @@ def test_renders_svg_and_png(tmp_path: Path) -> None:
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+@pytest.mark.procs
 def test_missing_dot_program_is_a_clear_error(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setenv("PATH", str(tmp_path))  # no dot on this PATH
     dr = fd.Builder().with_modules(example).build()
@@ -134,6 +137,7 @@ def test_mermaid(build: Callable[..., fd.Driver]) -> None:
     assert 'n_rows{{"rows · pass 1"}}' in text
 
 
+@pytest.mark.procs
 def test_cli_viz(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["viz", "flowdata_modules.example", "--outputs", "std"]) == 0
     out = capsys.readouterr().out

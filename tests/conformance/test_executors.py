@@ -163,12 +163,14 @@ class TestInline(ExecutorSuite):
         return "inline"
 
 
+@pytest.mark.procs
 class TestProcesses(ExecutorSuite):
     @classmethod
     def make_executor(cls) -> object:
         return fd.ProcessExecutor(num_workers=2)
 
 
+@pytest.mark.ray
 class TestRay(ExecutorSuite):
     """A real local Ray, started here as a user would (the executor uses it as it is)."""
 
@@ -211,6 +213,7 @@ def test_an_old_style_executor_is_refused() -> None:
         dr.execute(module.OUTPUTS, inputs=module.CASES[0], executor=OldStyle())
 
 
+@pytest.mark.procs
 def test_process_workers_get_the_pass_once(monkeypatch: pytest.MonkeyPatch) -> None:
     """The context travels once per map call, not with every chunk: tasks are small."""
     import pickle
@@ -248,7 +251,7 @@ def test_loader_dataflows_cover_most_modules() -> None:
 
 
 @pytest.mark.parametrize("case", LOADER_CASES, ids=_ids)
-@pytest.mark.parametrize("workers", [0, 2])
+@pytest.mark.parametrize("workers", [0, pytest.param(2, marks=pytest.mark.procs)])
 def test_loader_matches_oracle(case: tuple[ModuleType, int], workers: int) -> None:
     module, i = case
     inputs: dict[str, Any] = module.CASES[i]

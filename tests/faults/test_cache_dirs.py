@@ -38,6 +38,8 @@ from tests.cache_cases import images
 from tests.cache_cases.unwritable_child import Said as _Said
 from tests.cache_cases.unwritable_child import run as _run
 
+pytestmark = pytest.mark.procs  # every test here starts processes (workers, pools or programs)
+
 ROOT = Path(__file__).resolve().parents[2]
 N = 40
 

@@ -68,6 +68,7 @@ def _run_pass(module_dir: str, cache_dir: str, queue: Any) -> None:
     queue.put(float(out.mean))
 
 
+@pytest.mark.procs
 def test_several_processes_share_one_cache_dir(tmp_path: Path) -> None:
     (tmp_path / "stats_flow.py").write_text(STATS)
     ctx = multiprocessing.get_context("spawn")
@@ -242,6 +243,7 @@ def stops(item: int) -> int:
 """
 
 
+@pytest.mark.procs
 @pytest.mark.parametrize("workers", [0, 2])
 def test_a_batch_that_cannot_be_collated(build: Callable[..., fd.Driver], workers: int) -> None:
     dr = build(COLLATE)
@@ -545,6 +547,7 @@ def scaled(item: int, slows: list[int]) -> int:
 """
 
 
+@pytest.mark.procs
 @pytest.mark.parametrize("executor", ["inline", "processes"])
 def test_a_node_that_never_returns(build: Callable[..., fd.Driver], executor: str) -> None:
     dr = build(STUCK)
@@ -556,6 +559,7 @@ def test_a_node_that_never_returns(build: Callable[..., fd.Driver], executor: st
     assert [(s.index, s.node, s.error) for s in report.skipped] == [(3, "slow", "SampleTimeout: timed out after 0.5 s")]
 
 
+@pytest.mark.procs
 def test_a_node_that_does_not_respond_to_the_timeout(build: Callable[..., fd.Driver]) -> None:
     dr = build(STUCK)
     report = fd.Report()
@@ -587,6 +591,7 @@ def test_a_sequential_node_that_never_returns(build: Callable[..., fd.Driver]) -
     assert dr.execute(["streams"], inputs={"n": 4}, timeout=0.3, on_error="skip")["streams"] == [0, 1, 3]
 
 
+@pytest.mark.procs
 @pytest.mark.parametrize("workers", [0, 2])
 def test_a_loader_node_that_never_returns(build: Callable[..., fd.Driver], workers: int) -> None:
     dr = build(STUCK)
@@ -599,6 +604,7 @@ def test_a_loader_node_that_never_returns(build: Callable[..., fd.Driver], worke
         list(loader)
 
 
+@pytest.mark.procs
 def test_a_loader_node_that_does_not_respond_to_the_timeout(build: Callable[..., fd.Driver]) -> None:
     loader = build(STUCK).dataloader(["slow"], inputs={"n": 8, "stuck": -1, "deaf": 5}, batch_size=2, num_workers=2,
                                      timeout=0.5, on_error="skip")
@@ -630,6 +636,7 @@ except KeyboardInterrupt:
 """
 
 
+@pytest.mark.procs
 @pytest.mark.parametrize("call", [
     "dr.execute(['slows'], inputs={'n': 8}, executor='processes')",
     "dr.execute(['slows'], inputs={'n': 8})",
@@ -708,6 +715,7 @@ def stream_stats(streamed: Collect[np.ndarray]) -> Stats: ...
 """
 
 
+@pytest.mark.procs
 @pytest.mark.parametrize(("output", "n", "odd", "executor"), [
     ("stats", 10, 5, "inline"),  # folded in this process (a first, partial block)
     ("stats", 300, 0, "inline"),  # the odd value first: the others are not to blame
@@ -743,6 +751,7 @@ time.sleep(3600)
 """
 
 
+@pytest.mark.procs
 @pytest.mark.parametrize("how", ["SIGTERM", "SIGKILL"])
 def test_a_run_ended_by_a_signal_leaves_no_scratch_folder(make_module: Callable[..., Any], tmp_path: Path,
                                                           how: str) -> None:
@@ -817,6 +826,7 @@ def _load_as(uid: int | None, paths: list[tuple[str, str]], queue: Any) -> None:
             queue.put(str(err))
 
 
+@pytest.mark.procs
 def test_a_file_that_cannot_be_read_for_lack_of_permission(tmp_path: Path) -> None:
     import shutil
     import tempfile

@@ -111,6 +111,7 @@ def _make(kind: str, path: Path) -> None:
 # --- a FIFO in a cache_dir ----------------------------------------------------------------------
 
 
+@pytest.mark.procs
 @pytest.mark.parametrize("kind,said", [("fifo", "a FIFO (named pipe)"), ("directory", "a directory")])
 def test_a_fifo_as_a_sample_cache_segment_is_left_alone_and_warned_once(
         tmp_path: Path, kind: str, said: str, caplog: pytest.LogCaptureFixture) -> None:
@@ -134,6 +135,7 @@ def test_a_fifo_as_a_sample_cache_segment_is_left_alone_and_warned_once(
     assert os.path.lexists(intruder)  # not flowdata's: never removed
 
 
+@pytest.mark.procs
 @pytest.mark.parametrize("which", ["manifest.json", "npz"])
 def test_a_fifo_as_a_pass_cache_manifest_or_state_is_left_alone_and_the_pass_computed(
         tmp_path: Path, which: str, caplog: pytest.LogCaptureFixture) -> None:
@@ -157,6 +159,7 @@ def test_a_fifo_as_a_pass_cache_manifest_or_state_is_left_alone_and_the_pass_com
     assert target.exists()
 
 
+@pytest.mark.procs
 def test_a_fifo_where_the_arrow_index_goes_is_left_alone(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     data = _data(tmp_path)
     cache = tmp_path / "cache"
@@ -210,6 +213,7 @@ def _special(kind: str, folder: Path, name: str) -> tuple[Path, Any]:
 KINDS = [("fifo", "a FIFO \\(named pipe\\)"), ("socket", "a socket"), ("device", "a character device")]
 
 
+@pytest.mark.procs
 @pytest.mark.parametrize("kind,said", KINDS)
 def test_a_fifo_image_path_says_what_it_is_not_that_it_is_empty(short_dir: Path, kind: str, said: str) -> None:
     path, keep = _special(kind, short_dir, "x.png")
@@ -220,6 +224,7 @@ def test_a_fifo_image_path_says_what_it_is_not_that_it_is_empty(short_dir: Path,
         keep.close()
 
 
+@pytest.mark.procs
 def test_a_fifo_image_in_a_manifest_is_a_skipped_sample_with_the_reason(tmp_path: Path) -> None:
     folder = tmp_path / "imgs"
     folder.mkdir()
@@ -240,6 +245,7 @@ def test_a_fifo_image_in_a_manifest_is_a_skipped_sample_with_the_reason(tmp_path
     assert skip.index == 2 and "pipe.png: is a FIFO (named pipe), not a regular file" in skip.error
 
 
+@pytest.mark.procs
 def test_a_fifo_manifest_is_refused_at_once(tmp_path: Path) -> None:
     os.mkfifo(tmp_path / "manifest.csv")
     dr = fd.Builder().with_modules(image).build()
@@ -248,6 +254,7 @@ def test_a_fifo_manifest_is_refused_at_once(tmp_path: Path) -> None:
         dr.execute(["label_vocab"], inputs={"manifest": str(tmp_path / "manifest.csv")})
 
 
+@pytest.mark.procs
 @pytest.mark.parametrize("name", ["table.csv", "table.parquet"])
 def test_a_fifo_table_is_refused_at_once(tmp_path: Path, name: str) -> None:
     os.mkfifo(tmp_path / name)
@@ -257,6 +264,7 @@ def test_a_fifo_table_is_refused_at_once(tmp_path: Path, name: str) -> None:
         dr.execute(["vocab"], inputs={"table": str(tmp_path / name)})
 
 
+@pytest.mark.procs
 def test_a_fifo_tokenizer_is_refused_at_once(tmp_path: Path) -> None:
     os.mkfifo(tmp_path / "tok.json")
     dr = fd.Builder().with_modules(text).with_config({"tokenizer": str(tmp_path / "tok.json")}).build()
@@ -308,6 +316,7 @@ def t(tick: int) -> int:
 """
 
 
+@pytest.mark.procs
 @pytest.mark.parametrize("workers", [0, 2])
 @pytest.mark.parametrize("output,streaming", [("x", True), ("t", False), ("x", False)])
 def test_a_streaming_position_past_the_end_is_refused_like_an_indexed_one(
@@ -358,6 +367,7 @@ def t(tick: int) -> int:
     assert next(iter(loader))["t"].tolist() == [15, 16, 17, 18, 19]
 
 
+@pytest.mark.procs
 def test_a_stream_in_shards_resumed_past_the_end_of_a_lane_is_refused(workers: int = 0) -> None:
     dr = fd.Builder().with_modules(shards_flow).build()
     data = shards_flow.Shards([list(range(s * 10, s * 10 + 6)) for s in range(2)])
@@ -390,6 +400,7 @@ def _full_disk_child(scenario: str, data: Path, cache: Path, fsize: int) -> dict
     return json.loads(lines[-1][len("RESULT "):])  # type: ignore[no-any-return]
 
 
+@pytest.mark.procs
 @pytest.mark.parametrize("scenario", ["execute", "execute-pool", "loader", "loader-workers", "stream"])
 def test_a_full_disk_during_a_run_warns_once_and_counts_only_bytes_written(tmp_path: Path, scenario: str) -> None:
     # Images of 27 KB: a segment of one fits under the limit, a segment of two does not;

@@ -114,6 +114,7 @@ def _interrupted(tmp_path: Path, call: str, *, at: int = 0, delay: float = 0.0) 
             pass
 
 
+@pytest.mark.procs
 @pytest.mark.parametrize("at", [1, 2, 3, 4])
 @pytest.mark.parametrize("what", sorted(CALLS))
 def test_ctrl_c_right_after_a_worker_of_a_pool_starts(tmp_path: Path, what: str, at: int) -> None:

@@ -119,6 +119,7 @@ dr.dataloader(["doubled"], inputs={{"n": 100_000}}, cache_dir={cache!r})
 """
 
 
+@pytest.mark.procs
 def test_a_loader_killed_while_writing_its_index(build: Callable[..., fd.Driver], tmp_path: Path,
                                                  caplog: pytest.LogCaptureFixture) -> None:
     cache = tmp_path / "cache"
@@ -155,6 +156,7 @@ dr.execute(["all_scaled"], inputs={{"n": 40}}, cache=["label"], cache_dir={cache
 """
 
 
+@pytest.mark.procs
 def test_a_writer_killed_mid_segment(make_module: Callable[..., Any], tmp_path: Path,
                                      caplog: pytest.LogCaptureFixture) -> None:
     module = make_module(ITEMS)
@@ -193,6 +195,7 @@ def test_a_segment_being_written_counts_under_cache_max_bytes(make_module: Calla
     assert (folder / f".{os.getpid()}-{'a' * 32}.seg~{HOST}.tmp").exists()  # a live writer's: kept
 
 
+@pytest.mark.procs
 def test_temporary_segments_of_writers_elsewhere(make_module: Callable[..., Any], tmp_path: Path) -> None:
     module = make_module(ITEMS)
     dr = fd.Builder().with_modules(module).build()
@@ -220,6 +223,7 @@ def test_temporary_segments_of_writers_elsewhere(make_module: Callable[..., Any]
 # --- the pass cache -------------------------------------------------------------------------------
 
 
+@pytest.mark.procs
 def test_a_pass_cache_writer_killed_mid_entry(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     dead = _dead_pid()
     killed = tmp_path / f".tmp-{dead}~{HOST}-k1ll3d_"  # what a writer killed mid-entry leaves
@@ -257,6 +261,7 @@ time.sleep(3600)
 """
 
 
+@pytest.mark.procs
 def test_a_killed_run_leaves_a_scratch_folder_the_next_build_removes(make_module: Callable[..., Any], tmp_path: Path,
                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
     module = make_module(ITEMS)
@@ -271,6 +276,7 @@ def test_a_killed_run_leaves_a_scratch_folder_the_next_build_removes(make_module
     assert list(temp.iterdir()) == []
 
 
+@pytest.mark.procs
 @pytest.mark.skipif(not os.path.exists("/proc/self/stat"), reason="start times are read from /proc (Linux)")
 def test_a_scratch_folder_whose_pid_was_reused(make_module: Callable[..., Any], tmp_path: Path,
                                                monkeypatch: pytest.MonkeyPatch) -> None:

@@ -20,6 +20,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.ray  # programs that start a local Ray
+
 pytest.importorskip("ray")
 
 MODULE = """

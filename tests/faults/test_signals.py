@@ -18,6 +18,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.procs  # every test here starts processes (workers, pools or programs)
+
 MODULE = """
 import os
 

@@ -1,6 +1,7 @@
-"""flowdata's loader under the real Lightning and Accelerate: every epoch gets the order set_epoch(epoch) gives, on one device and with DDP over two processes
-(gloo); Accelerate's prepare() keeps the loader (dicts, skips reported, end_of_dataloader,
-checkpoints), in one process and in two."""
+"""flowdata's loader under the real Lightning and Accelerate: every epoch gets the order
+set_epoch(epoch) gives, on one device and with DDP over two processes (gloo); Accelerate's
+prepare() keeps the loader (dicts, skips reported, end_of_dataloader, checkpoints), in one
+process and in two."""
 
 from __future__ import annotations
 
@@ -43,6 +44,7 @@ def _expected(epoch: int, rank: int = 0, world_size: int = 1) -> list[int]:
     return [i for batch in loader for i in batch["item"].tolist()]
 
 
+@pytest.mark.procs
 def test_every_epoch_of_a_lightning_fit_has_its_own_order() -> None:
     seen = _run(1, "auto", 0)[0]
     assert sorted(seen) == [0, 1, 2]
@@ -51,6 +53,7 @@ def test_every_epoch_of_a_lightning_fit_has_its_own_order() -> None:
     assert seen[0] != seen[1] != seen[2]
 
 
+@pytest.mark.dist
 @pytest.mark.parametrize("workers", [0, 2, 2, 2])  # several runs with workers: none may hang
 def test_lightning_ddp_keeps_flowdata_sampler_and_deals_each_sample_once(workers: int) -> None:
     ranks = _run(2, "ddp", workers)
@@ -62,6 +65,7 @@ def test_lightning_ddp_keeps_flowdata_sampler_and_deals_each_sample_once(workers
     assert ranks[0][0] != ranks[0][1]
 
 
+@pytest.mark.dist
 @pytest.mark.parametrize(("n", "workers"), [(9, 0), (17, 2)])  # N odd; N = 2*k*batch_size + 1
 def test_lightning_ddp_trains_when_ranks_would_get_uneven_batches_and_validates_each_sample_once(
         n: int, workers: int) -> None:
@@ -112,6 +116,7 @@ def _accelerate(world_size: int, workers: int, *more: str) -> dict[int, dict[str
     return results
 
 
+@pytest.mark.dist
 @pytest.mark.parametrize(("world_size", "workers"), [(1, 0), (1, 2), (2, 0), (2, 2)])
 def test_accelerate_prepare_keeps_the_flowdata_loader(world_size: int, workers: int) -> None:
     ranks = _accelerate(world_size, workers)
@@ -130,6 +135,7 @@ def test_accelerate_prepare_keeps_the_flowdata_loader(world_size: int, workers: 
     assert ranks[0]["seen"]["0"] != ranks[0]["seen"]["1"]  # set_epoch gave each epoch its order
 
 
+@pytest.mark.dist
 @pytest.mark.parametrize(("n", "workers"), [(7, 0), (17, 2)])  # N odd; N = 2*k*batch_size + 1
 def test_accelerate_gather_for_metrics_returns_exactly_n_samples_over_two_processes(n: int, workers: int) -> None:
     # The issue's reproducer: gather_for_metrics over 2 processes and 7 samples returned 8

@@ -98,6 +98,7 @@ def test_batches_are_dicts_collated_the_torch_way(dr: fd.Driver) -> None:
     assert torch.allclose(all_norm.double().mean(0), torch.zeros(4, dtype=torch.float64), atol=1e-6)
 
 
+@pytest.mark.procs
 @pytest.mark.filterwarnings("ignore:This DataLoader will create")
 def test_identical_batches_for_any_number_of_workers(dr: fd.Driver) -> None:
     runs = []
@@ -216,6 +217,7 @@ def test_ranks_shard_the_loader(dr: fd.Driver) -> None:
     assert sorted(paths) == sorted(f"clip-{i}.wav" for i in range(31))
 
 
+@pytest.mark.procs
 @pytest.mark.parametrize(("before", "after"), [(0, 0), (2, 0), (0, 2), (2, 3)])
 @pytest.mark.filterwarnings("ignore:This DataLoader will create")
 def test_resume_gives_exactly_the_remaining_batches(dr: fd.Driver, before: int, after: int) -> None:
@@ -245,6 +247,7 @@ def test_resume_refuses_a_different_loader(dr: fd.Driver) -> None:
         other.load_state_dict(state)
 
 
+@pytest.mark.procs
 @pytest.mark.parametrize("workers", [0, 2])
 def test_sample_error_raised_in_main_process(dr: fd.Driver, workers: int) -> None:
     loader = dr.dataloader(["fragile"], inputs={"n": 30}, batch_size=4, num_workers=workers)
@@ -257,6 +260,7 @@ def test_sample_error_raised_in_main_process(dr: fd.Driver, workers: int) -> Non
     assert isinstance(info.value.__cause__, ValueError)
 
 
+@pytest.mark.procs
 @pytest.mark.parametrize("workers", [0, 2])
 def test_skip_records_and_continues(dr: fd.Driver, workers: int) -> None:
     loader = dr.dataloader(["fragile", "path"], inputs={"n": 30}, batch_size=4, num_workers=workers, on_error="skip")
@@ -292,6 +296,7 @@ def test_skipped_in_pass_one_are_left_out_of_the_epoch(make_module: Callable[[st
     assert [s.index for s in loader.report.skipped] == [3, 4]
 
 
+@pytest.mark.procs
 def test_worker_killed_is_an_error_not_a_hang(dr: fd.Driver) -> None:
     loader = dr.dataloader(["crash"], inputs={"n": 80}, batch_size=8, num_workers=2)
     with pytest.raises(fd.FlowdataError, match=r"a DataLoader worker died \(.+\) while the loader waited for batch \d+ of epoch 0; the workers held batches \d+\.\.\d+ \(samples (\d+)-(\d+)\)") as info:
@@ -302,6 +307,7 @@ def test_worker_killed_is_an_error_not_a_hang(dr: fd.Driver) -> None:
     assert lo <= 37 <= hi  # the sample that killed its worker is among those named
 
 
+@pytest.mark.procs
 def test_spawn_start_method(dr: fd.Driver) -> None:
     import multiprocessing
 
@@ -439,6 +445,7 @@ def test_the_usual_epoch_loop_resumes_where_it_stopped(dr: fd.Driver) -> None:
     assert head + rest == expected
 
 
+@pytest.mark.procs
 def test_arrow_index_with_many_chunks(dr: fd.Driver, monkeypatch: pytest.MonkeyPatch) -> None:
     import flowdata.run.source as index_module
 
@@ -527,6 +534,7 @@ def test_source_error_from_execute(build: Callable[..., fd.Driver]) -> None:
     assert isinstance(info.value.__cause__, OSError)
 
 
+@pytest.mark.procs
 @pytest.mark.parametrize(("streaming", "workers"), [(False, 0), (False, 2), (True, 0), (True, 2)], ids=["map-0", "map-2", "stream-0", "stream-2"])
 @pytest.mark.filterwarnings("ignore:This DataLoader will create")
 def test_source_error_from_dataloader_is_a_node_error(build: Callable[..., fd.Driver], streaming: bool, workers: int) -> None:
@@ -540,6 +548,7 @@ def test_source_error_from_dataloader_is_a_node_error(build: Callable[..., fd.Dr
 # --- chained groups -----------------------------------------------------------------------
 
 
+@pytest.mark.procs
 @pytest.mark.parametrize("workers", [0, 2])
 @pytest.mark.filterwarnings("ignore:This DataLoader will create")
 def test_loader_runs_chained_groups(workers: int) -> None:
@@ -582,6 +591,7 @@ def normalized(feature: torch.Tensor, feature_stats: Stats) -> torch.Tensor:
 """
 
 
+@pytest.mark.procs
 def test_dataloader_statistics_pass_takes_an_executor(build: Callable[..., fd.Driver], pool: fd.ProcessExecutor) -> None:
     dr = build(STATS_FLOW)
     inputs = {"n": 300}
@@ -596,6 +606,7 @@ def test_dataloader_statistics_pass_takes_an_executor(build: Callable[..., fd.Dr
         assert len(batches) == len(base_batches) and all(torch.equal(a, b) for a, b in zip(batches, base_batches, strict=True))
 
 
+@pytest.mark.procs
 def test_dataloader_executor_with_a_two_pass_module(pool: fd.ProcessExecutor) -> None:
     from tests.dataflows import two_pass
 

@@ -317,6 +317,7 @@ def test_soundfile_missing_names_the_file(tmp_path: Path, monkeypatch: pytest.Mo
     assert isinstance(metadata(png), ImageInfo)  # images need no soundfile
 
 
+@pytest.mark.procs
 def test_importing_flowdata_media_stays_light() -> None:
     code = ("import sys, flowdata.media; "
             "print(sorted(m for m in ('fsspec', 'PIL', 'soundfile', 'torch', 'datasets') if m in sys.modules))")

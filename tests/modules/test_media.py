@@ -51,6 +51,7 @@ def shapes(tmp_path: Path) -> str:
     return _write_manifest(tmp_path, rows)
 
 
+@pytest.mark.procs
 def test_audio_module(tones: str) -> None:
     dr = fd.Builder().with_modules(audio).with_config({"sample_rate": 16000, "n_mels": 32}).build()
     loader = dr.dataloader(["features", "label"], inputs={"manifest": tones}, batch_size=8, num_workers=2)

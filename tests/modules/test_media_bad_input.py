@@ -260,6 +260,7 @@ def test_each_bad_file_raises_naming_its_path(folders: dict[str, Folder], kind: 
     assert info.value.detail.startswith(f"MediaError: {folder.at(bad.name)}: ")
 
 
+@pytest.mark.procs
 @pytest.mark.parametrize(("kind", "num_workers"), [("audio", 2), ("image", 0), ("image", 2)])
 def test_skip_leaves_bad_files_out_of_statistics_and_training(
     folders: dict[str, Folder], kind: str, num_workers: int,

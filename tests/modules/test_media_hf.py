@@ -85,6 +85,7 @@ def _epoch(loader: Any, output: str) -> tuple[torch.Tensor, torch.Tensor]:
     return torch.cat([b[output] for b in batches]), torch.cat([b["label"] for b in batches])
 
 
+@pytest.mark.procs
 @pytest.mark.parametrize("num_workers", [0, 2])
 def test_image_dataset_gives_what_the_folder_gives(shapes: tuple[Path, list[tuple[str, bytes]]], num_workers: int) -> None:
     root, rows = shapes
@@ -123,6 +124,7 @@ def test_the_source_is_the_dataset_itself(shapes: tuple[Path, list[tuple[str, by
     assert dr.execute(["label_vocab"], inputs={"manifest": decoding})["label_vocab"].counts == (6, 2, 2)
 
 
+@pytest.mark.procs
 @pytest.mark.parametrize("num_workers", [0, 2])
 def test_class_label_keeps_the_dataset_names_and_numbers(
     shapes: tuple[Path, list[tuple[str, bytes]]], num_workers: int,
@@ -242,6 +244,7 @@ def test_an_iterable_dataset_is_read_by_execute(shapes: tuple[Path, list[tuple[s
         dr.execute(["pixel_stats"], inputs={"manifest": other})
 
 
+@pytest.mark.procs
 @pytest.mark.parametrize("num_workers", [0, 2])
 def test_an_iterable_dataset_is_streamed_by_the_loader_with_every_image_once(
     shapes: tuple[Path, list[tuple[str, bytes]]], num_workers: int
@@ -309,6 +312,7 @@ def _audio_dataset(rows: list[tuple[str, bytes]], names: tuple[str, ...] | None 
     return ds.cast_column("label", datasets.ClassLabel(names=list(names))) if names else ds
 
 
+@pytest.mark.procs
 @pytest.mark.parametrize("num_workers", [0, 2])
 def test_audio_dataset_gives_what_the_files_give(tones: tuple[str, list[tuple[str, bytes]]], num_workers: int) -> None:
     manifest, rows = tones

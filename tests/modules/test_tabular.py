@@ -52,6 +52,7 @@ def _all(loader: Any) -> dict[str, torch.Tensor]:
     return {k: torch.cat([b[k] for b in batches]) for k in batches[0]}
 
 
+@pytest.mark.procs
 def test_every_kind_of_table_gives_the_same_tensors(wine: pd.DataFrame, tmp_path: Path) -> None:
     wine.to_csv(tmp_path / "wine.csv", index=False)
     wine.to_parquet(tmp_path / "wine.parquet", index=False)
@@ -99,6 +100,7 @@ def _exact_var(values: list[float]) -> Fraction:
     return sum(((x - mean) ** 2 for x in xs), Fraction(0)) / len(xs)
 
 
+@pytest.mark.procs
 def test_statistics_stay_exact_around_1e9_and_1e15(caplog: pytest.LogCaptureFixture) -> None:
     rng = np.random.default_rng(0)
     n = 1000
@@ -162,6 +164,7 @@ def test_missing_cells_raise_when_asked(tmp_path: Path) -> None:
         bad.execute(["numeric_stats"], inputs={"table": str(path)})
 
 
+@pytest.mark.procs
 def test_text_in_a_numeric_column_names_row_column_and_cell(wine: pd.DataFrame, tmp_path: Path) -> None:
     df = wine.astype({"ash": object})
     df.loc[7, "ash"] = "2,4"  # a decimal comma

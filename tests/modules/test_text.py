@@ -172,6 +172,7 @@ def licences() -> pa.Table:
     return pa.table({"text": [p for p, _ in pairs], "label": [k for _, k in pairs]})
 
 
+@pytest.mark.procs
 def test_vocab_and_batches_are_the_same_for_0_and_2_workers(licences: pa.Table) -> None:
     dr = _driver(max_length=32, min_count=2)
     loaders = [dr.dataloader(OUTPUTS, inputs={"table": licences}, batch_size=16, num_workers=n, timeout=60) for n in (0, 2)]
@@ -201,6 +202,7 @@ def _train_tokenizer(texts: list[str], path: Path, kind: str) -> Any:
     return tok
 
 
+@pytest.mark.procs
 @pytest.mark.parametrize("kind", ["wordpiece", "wordlevel"])
 def test_a_tokenizers_json_in_workers_after_main_process_use(
     kind: str, licences: pa.Table, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
@@ -230,6 +232,7 @@ def test_a_tokenizers_json_in_workers_after_main_process_use(
         assert len(long) and long[:, 0].eq(tok.token_to_id("[CLS]")).all() and long[:, -1].eq(tok.token_to_id("[SEP]")).all()
 
 
+@pytest.mark.procs
 @pytest.mark.parametrize("pool", ["unset", "true"])
 def test_a_tokenizer_encodes_a_batch_at_a_time(
     pool: str, licences: pa.Table, tmp_path: Path, monkeypatch: pytest.MonkeyPatch

@@ -104,6 +104,7 @@ def test_run_refuses_an_unknown_executor(name: str, capsys: pytest.CaptureFixtur
             f"ray:127.0.0.1:6379), got {name!r}") in capsys.readouterr().err
 
 
+@pytest.mark.procs
 def test_python_dash_m() -> None:
     result = subprocess.run(
         [sys.executable, "-m", "flowdata", "check", "flowdata_modules.example", "--format", "json"],
@@ -249,6 +250,7 @@ def test_an_unknown_picture_format(flow: Path, capsys: pytest.CaptureFixture[str
         "flowdata: -o x.xyz: unknown picture format 'xyz'; use one of .svg, .png, .pdf, .dot, .gv, or --mermaid\n")
 
 
+@pytest.mark.procs
 def test_a_closed_pipe_ends_quietly(flow: Path) -> None:
     proc = subprocess.Popen([sys.executable, "-m", "flowdata", "viz", str(flow)], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, cwd=ROOT)

@@ -8,6 +8,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+pytestmark = [pytest.mark.docs, pytest.mark.procs]  # the README's demo, in a process of its own
+
 DEMO = Path(__file__).parents[2] / "examples" / "media_demo.py"
 
 

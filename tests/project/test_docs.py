@@ -12,6 +12,8 @@ import pytest
 
 from tests.doc_blocks import Played, matches, pages, play_page
 
+pytestmark = pytest.mark.docs  # runs every page of docs/ and the README
+
 
 def _wrong(page: str, results: list[Played]) -> list[str]:
     return [f"{page}:{r.block.line}: {r.command}\n--- the page says\n{r.expected}\n--- it prints\n{r.got}"

@@ -83,6 +83,7 @@ def sq(par: int) -> int:
 """
 
 
+@pytest.mark.procs
 def test_a_later_module_overrides_a_node(make_module: Callable[[str], Any]) -> None:
     from hamilton import driver
     from hamilton.execution.executors import SynchronousLocalTaskExecutor

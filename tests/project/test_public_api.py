@@ -5,6 +5,8 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
+
 import flowdata
 
 
@@ -48,6 +50,7 @@ def test_error_tree() -> None:
     assert issubclass(flowdata.RankError, flowdata.FlowdataError)
 
 
+@pytest.mark.procs
 def test_import_does_not_load_heavy_dependencies() -> None:
     code = "import sys, flowdata; print(sorted(m for m in ('torch', 'hamilton', 'numpy', 'pandas', 'ray') if m in sys.modules))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout

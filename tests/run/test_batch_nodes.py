@@ -27,6 +27,7 @@ def _oracle(indices: list[int]) -> torch.Tensor:
     return torch.stack([waves.power_one(waves.wave(i)) for i in indices])
 
 
+@pytest.mark.procs
 @pytest.mark.parametrize("workers", [0, 2])
 def test_the_loader_runs_batch_nodes_after_collation_in_this_process(dr: fd.Driver, workers: int) -> None:
     loader = dr.dataloader(["power", "label", "batch_pid", "sample_pid"], inputs={"n": N}, batch_size=4,
@@ -62,6 +63,7 @@ def test_device_moves_what_the_batch_nodes_read_first(dr: fd.Driver) -> None:
     assert batch["on_device"] == ["meta", "meta"] and batch["label"].device.type == "meta"
 
 
+@pytest.mark.procs
 def test_a_streaming_loader_runs_them_too(dr: fd.Driver) -> None:
     loader = dr.dataloader(["power", "label"], inputs={"n": N}, batch_size=3, streaming=True, num_workers=2)
     batches = list(loader)
@@ -71,6 +73,7 @@ def test_a_streaming_loader_runs_them_too(dr: fd.Driver) -> None:
     assert all(b["power"].shape[0] == b["label"].shape[0] for b in batches)
 
 
+@pytest.mark.procs
 @pytest.mark.parametrize("workers", [0, 2])
 def test_batch_nodes_get_each_samples_own_generator_and_index(dr: fd.Driver, workers: int) -> None:
     loader = dr.dataloader(["draws", "draw", "index_of"], inputs={"n": N}, batch_size=4, shuffle=True, seed=7,
@@ -102,6 +105,7 @@ def test_a_batch_node_that_raises_names_itself_and_the_batch(dr: fd.Driver) -> N
     assert isinstance(info.value.__cause__, ValueError)
 
 
+@pytest.mark.procs
 def test_execute_runs_batch_nodes_on_batches_of_batch_size(dr: fd.Driver) -> None:
     out = dr.execute(["power", "wave_stats"], inputs={"n": N}, batch_size=4)
     assert [p.shape[0] for p in out["power"]] == [4, 4, 2]  # the last batch smaller

@@ -179,6 +179,7 @@ def twice(square: Collect[int]) -> int:
 SQUARES = [i * i for i in range(20)]
 
 
+@pytest.mark.procs
 @pytest.mark.parametrize("executor", ["inline", "processes"])
 def test_collect_returned_as_it_is_keeps_its_values(build: Callable[..., fd.Driver], pool: fd.ProcessExecutor, executor: str) -> None:
     dr = build(RETURNED)

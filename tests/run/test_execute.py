@@ -72,6 +72,7 @@ def test_each_node_only_in_the_pass_that_needs_it(make_module: Callable[[str], A
     assert m.CALLS == {"item": 20, "square": 20, "shifted": 20}
 
 
+@pytest.mark.procs
 def test_collect_receives_values_in_sample_order(build: Callable[..., fd.Driver]) -> None:
     dr = build("""
     from flowdata import Parallel, Collect
@@ -166,6 +167,7 @@ def test_sequential_memory_does_not_grow_with_samples(build: Callable[..., fd.Dr
     assert large < small + 4_000_000
 
 
+@pytest.mark.procs
 def test_lockstep_parameters(build: Callable[..., fd.Driver]) -> None:
     dr = build("""
     from flowdata import Parallel, Collect
@@ -249,6 +251,7 @@ def test_run_sample(make_module: Callable[[str], Any]) -> None:
         dr.run_sample(["total"], inputs={"n": 10})
 
 
+@pytest.mark.procs
 def test_sample_builtins(build: Callable[..., fd.Driver]) -> None:
     dr = build("""
     import torch
@@ -282,6 +285,7 @@ def total(decoded: Collect[int]) -> int:
 """
 
 
+@pytest.mark.procs
 @pytest.mark.parametrize("executor", ["inline", "processes"])
 def test_sample_error_names_node_sample_and_group(make_module: Callable[[str], Any], executor: str) -> None:
     m = make_module(FAILING)
@@ -505,6 +509,7 @@ def n_centered(centered: Collect[float]) -> int: ...
 """
 
 
+@pytest.mark.procs
 @pytest.mark.parametrize("executor", ["inline", "processes"])
 def test_skip_leaves_bad_samples_out_of_every_pass(make_module: Callable[[str], Any], executor: str, caplog: pytest.LogCaptureFixture) -> None:
     m = make_module(SKIPPY)
@@ -591,6 +596,7 @@ def test_overriding_a_source_says_what_to_do_instead(make_module: Callable[[str]
     assert dr.run_sample(["sq"], item=3) == {"sq": 9}  # the call it gives works
 
 
+@pytest.mark.procs
 @pytest.mark.parametrize("executor", ["inline", "processes"])
 def test_a_source_overridden_with_its_items(make_module: Callable[[str], Any], executor: str) -> None:
     dr = fd.Builder().with_modules(make_module(PARALLEL)).build()

@@ -170,6 +170,7 @@ def _value(i: int) -> float:
     return 1e4 + ((i * 7919) % 1000) / 7.0
 
 
+@pytest.mark.procs
 @pytest.mark.parametrize("pattern", list(SKIP_PATTERNS))
 @pytest.mark.parametrize("executor", ["inline", "processes"])
 @pytest.mark.parametrize("kind", ["Parallel", "Sequential"])
@@ -191,6 +192,7 @@ def test_reduction_counts_every_surviving_sample(
     assert sorted(s.index for s in report.skipped) == sorted(fail)
 
 
+@pytest.mark.procs
 @pytest.mark.parametrize("pattern", ["first_64_fail", "64_to_127_fail", "every_3rd_fails", "all_but_150_fail", "nothing_fails"])
 @pytest.mark.parametrize("kind", ["Parallel", "Sequential"])
 def test_welford_under_skip_matches_numpy_and_is_bitwise_stable(

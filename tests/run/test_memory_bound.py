@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.procs  # every test here starts processes (workers, pools or programs)
+
 
 CHILD = Path(__file__).parents[1] / "benchmarks" / "audio_memory_child.py"
 

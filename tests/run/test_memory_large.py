@@ -15,6 +15,8 @@ import pytest
 
 import flowdata as fd
 
+pytestmark = pytest.mark.procs  # every test here starts processes (workers, pools or programs)
+
 MB = 1 << 20
 
 LARGE = """

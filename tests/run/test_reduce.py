@@ -108,6 +108,7 @@ def test_statistics_match_a_float64_reference(flow: tuple[fd.Driver, Any]) -> No
     assert torch.allclose(stats.std, ref.std(1, unbiased=False), rtol=1e-9, atol=0)
 
 
+@pytest.mark.procs
 def test_bitwise_identical_for_any_number_of_workers(flow: tuple[fd.Driver, Any]) -> None:
     dr, _ = flow
     outputs = ["feature_stats", "normalized_stats"]
@@ -201,6 +202,7 @@ def test_reduce_rejects_a_non_class() -> None:
         fd.reduce(lambda: None)  # type: ignore[arg-type]
 
 
+@pytest.mark.procs
 def test_fold_error_names_the_reduction_and_samples(build: Callable[..., fd.Driver]) -> None:
     dr = build("""
     import numpy as np
@@ -326,6 +328,7 @@ def test_cache_never_unpickles(make_module: Callable[[str], Any], data_dir: Path
         assert all(data[k].dtype != object for k in data.files)
 
 
+@pytest.mark.procs
 def test_reductions_in_a_group_closed_by_a_source(build: Callable[..., fd.Driver]) -> None:
     dr = build("""
     from flowdata import Collect, Parallel, reduce

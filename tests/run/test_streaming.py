@@ -56,6 +56,7 @@ def _names(loader: Any, key: str = "name") -> list[Any]:
     return [x for b in loader for x in (b[key] if isinstance(b[key], list) else b[key].tolist())]
 
 
+@pytest.mark.procs
 @pytest.mark.parametrize("workers", [0, 1, 2, 3])
 @pytest.mark.filterwarnings("ignore:This DataLoader will create")
 def test_every_item_exactly_once_per_epoch(dr: fd.Driver, workers: int) -> None:
@@ -65,6 +66,7 @@ def test_every_item_exactly_once_per_epoch(dr: fd.Driver, workers: int) -> None:
     assert sorted(names) == [f"rec-{i:04d}" for i in range(97)]
 
 
+@pytest.mark.procs
 def test_ranks_and_workers_shard_the_stream(dr: fd.Driver) -> None:
     names: list[str] = []
     for rank in range(2):
@@ -95,6 +97,7 @@ def test_sequential_source_streams_with_statistics(dr: fd.Driver) -> None:
     assert batches[0]["scaled"].tolist() == [0.0, 0.05, 0.1, 0.15, 0.2]
 
 
+@pytest.mark.procs
 @pytest.mark.parametrize("workers", [0, 2])
 def test_streaming_resume(dr: fd.Driver, workers: int) -> None:
     args: dict[str, Any] = {"inputs": {"n": 83}, "batch_size": 5, "num_workers": workers, "streaming": True, "shuffle": True, "seed": 3}
@@ -109,6 +112,7 @@ def test_streaming_resume(dr: fd.Driver, workers: int) -> None:
     assert head + _names(resumed, "noisy") == expected
 
 
+@pytest.mark.procs
 @pytest.mark.filterwarnings("ignore:This DataLoader will create")
 def test_streaming_batches_identical_for_any_workers_and_in_order(dr: fd.Driver) -> None:
     runs = [
@@ -120,6 +124,7 @@ def test_streaming_batches_identical_for_any_workers_and_in_order(dr: fd.Driver)
     assert in_order == [f"rec-{i:04d}" for i in range(61)]
 
 
+@pytest.mark.procs
 def test_streaming_resume_with_other_workers(dr: fd.Driver) -> None:
     args: dict[str, Any] = {"inputs": {"n": 50}, "batch_size": 3, "streaming": True, "shuffle": True, "seed": 9}
     expected = _names(dr.dataloader(["name"], num_workers=0, **args))
@@ -133,6 +138,7 @@ def test_streaming_resume_with_other_workers(dr: fd.Driver) -> None:
     assert head + _names(resumed) == expected
 
 
+@pytest.mark.procs
 def test_streaming_skip(dr: fd.Driver) -> None:
     loader = dr.dataloader(["picky"], inputs={"n": 30}, batch_size=4, num_workers=2, streaming=True, on_error="skip")
     got = _names(loader, "picky")
@@ -193,6 +199,7 @@ def test_stream_sharding_property(
         assert sorted(seen) == list(range(n))
 
 
+@pytest.mark.procs
 @settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(n=st.integers(1, 40), batch_size=st.integers(1, 6), workers=st.integers(0, 1), world_size=st.integers(2, 3),
        shuffle=st.booleans())

@@ -51,6 +51,7 @@ def test_classes_and_cycles_are_keys_too() -> None:
     assert digest(module) == digest(module)
 
 
+@pytest.mark.procs
 def test_keys_are_the_same_in_another_process() -> None:
     code = "from flowdata.cache import digest; from flowdata.transforms import LogMel; print(digest(LogMel(n_mels=16)))"
     other = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()

@@ -266,6 +266,7 @@ def test_an_edited_helper_behind_a_functools_cache_misses(
     assert got[2] == pytest.approx(sum(got[0]) / 4)
 
 
+@pytest.mark.procs
 def test_keys_of_state_are_the_same_in_another_process() -> None:
     code = ("from flowdata.digest import digest; from tests.cache_cases import seams; "
             "from flowdata.stats import Vocab; import torch; "

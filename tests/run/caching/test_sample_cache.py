@@ -57,6 +57,7 @@ def _equal(a: Any, b: Any) -> bool:
     return bool(torch.equal(a, b)) if isinstance(a, torch.Tensor) else a == b
 
 
+@pytest.mark.procs
 def test_execute_reads_the_cached_values_back_instead_of_decoding(data: Path, tmp_path: Path) -> None:
     dr = build()
     plain = dr.execute(["stats"], inputs={"folder": str(data)})
@@ -78,6 +79,7 @@ def test_execute_reads_the_cached_values_back_instead_of_decoding(data: Path, tm
         assert torch.allclose(getattr(again["stats"], k), getattr(plain["stats"], k) * 3.0)
 
 
+@pytest.mark.procs
 @pytest.mark.parametrize("workers", [0, 2])
 def test_the_loader_decodes_once_and_every_later_epoch_and_loader_reads_the_cache(
         data: Path, tmp_path: Path, workers: int) -> None:
@@ -130,6 +132,7 @@ def test_values_of_other_kinds_are_an_error_naming_the_node(data: Path, tmp_path
         dr.run_sample(["opaque"], index=0, inputs={"folder": str(data)}, cache=["opaque"], cache_dir=tmp_path)
 
 
+@pytest.mark.procs
 def test_cache_max_bytes_leaves_the_rest_uncached_and_counts_it(data: Path, tmp_path: Path) -> None:
     dr = build()
     report = fd.Report()
@@ -313,6 +316,7 @@ def test_a_damaged_segment_is_detected_recomputed_and_reported_once(
     assert calls(data) == []
 
 
+@pytest.mark.procs
 def test_processes_writing_at_once_leave_a_cache_every_later_run_reads(data: Path, tmp_path: Path) -> None:
     cache = tmp_path / "cache"
     env = {**os.environ, "PYTHONPATH": str(ROOT)}

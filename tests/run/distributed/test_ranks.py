@@ -28,6 +28,8 @@ import flowdata as fd
 from tests.ranks_cases import flow
 from tests.ranks_cases.rank_main import exact
 
+pytestmark = pytest.mark.dist  # ranks as processes in a gloo group
+
 ROOT = Path(__file__).resolve().parents[3]
 N = 300  # 5 blocks of 64: 3 + 2 over two ranks, 2 + 2 + 1 over three
 CASE_TIMEOUT = 240.0  # seconds for one case's ranks (they take about 1 s; the launcher kills them past it)

@@ -22,6 +22,8 @@ from typing import Any
 
 import pytest
 
+pytestmark = pytest.mark.dist  # ranks as processes in a gloo group
+
 ROOT = Path(__file__).resolve().parents[3]
 PARTS = [list(range(0, 13)), list(range(100, 105)), list(range(200, 222))]
 ALL = sorted(i for p in PARTS for i in p)

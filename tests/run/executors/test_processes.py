@@ -51,6 +51,7 @@ except fd.FlowdataError as exc:
 """
 
 
+@pytest.mark.procs
 def test_unpicklable_items_are_an_error_not_a_hang(tmp_path: Path) -> None:
     (tmp_path / "unpicklable_flow.py").write_text(textwrap.dedent(UNPICKLABLE))
     (tmp_path / "run.py").write_text(RUN_UNPICKLABLE)
@@ -64,6 +65,7 @@ def test_unpicklable_items_are_an_error_not_a_hang(tmp_path: Path) -> None:
 # --- the pool's workers: start methods, torch threads, a killed parent --------------------
 
 
+@pytest.mark.procs
 def test_spawn_start_method() -> None:
     from tests.dataflows import two_pass
 
@@ -80,6 +82,7 @@ def test_worker_task_is_module_level() -> None:
     assert pickle.loads(pickle.dumps(run_task)) is run_task
 
 
+@pytest.mark.procs
 def test_pool_workers_die_with_their_parent(tmp_path: Path) -> None:
     """A killed main process leaves no pool workers behind (they would hold memory and pipes)."""
     script = tmp_path / "parent.py"
@@ -116,6 +119,7 @@ def _alive(pid: int) -> bool:
         return False
 
 
+@pytest.mark.procs
 def test_forked_workers_run_torch_after_the_parent_used_its_threads(tmp_path: Path) -> None:
     """torch's thread pool does not survive fork; workers must not wait on it forever.
 
@@ -160,6 +164,7 @@ def _torch_threads(_context: object, _: int) -> int:
     return int(torch.get_num_threads())
 
 
+@pytest.mark.procs
 @pytest.mark.parametrize("method", ["fork", "spawn"])
 def test_pool_workers_compute_with_one_torch_thread(method: str) -> None:
     """N workers with N threads each would oversubscribe the CPUs; spawned workers import torch late."""

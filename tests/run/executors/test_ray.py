@@ -28,6 +28,8 @@ from flowdata.run.executors import WorkerDied
 from tests.dataflows import two_pass
 from tests.run.test_execute import FAILING  # the same failing module as the other executors
 
+pytestmark = pytest.mark.ray  # a local Ray, started once for this file
+
 ROOT = Path(__file__).resolve().parents[3]
 
 

@@ -64,6 +64,7 @@ def all_x(x: Collect[float]) -> list[float]:
 """
 
 
+@pytest.mark.procs
 @pytest.mark.parametrize("kind", ["arrow", "batch", "pandas"])
 def test_a_table_returned_by_a_source_is_indexed_by_rows(build: Callable[..., fd.Driver], kind: str) -> None:
     import pandas as pd
@@ -159,6 +160,7 @@ def size(item: str) -> int:
 """
 
 
+@pytest.mark.procs
 @pytest.mark.parametrize("workers", [0, 2])
 def test_an_index_that_raises_is_the_sources_error(build: Callable[..., fd.Driver], workers: int) -> None:
     dr = build(FILES)

@@ -111,6 +111,7 @@ def test_a_map_style_dataset_is_the_index_read_by_batches(dr: fd.Driver, monkeyp
     assert len(keys) == 7
 
 
+@pytest.mark.procs
 @pytest.mark.parametrize("workers", [0, 2])
 def test_map_style_batches_are_identical_for_any_worker_count_and_exactly_once_over_ranks(
     dr: fd.Driver, workers: int
@@ -133,6 +134,7 @@ def test_map_style_batches_are_identical_for_any_worker_count_and_exactly_once_o
     assert sorted(real) == [float(i) for i in range(101)] and [e.report.padded for e in evened] == [0, 1]
 
 
+@pytest.mark.procs
 def test_map_style_resume_gives_the_remaining_batches(dr: fd.Driver) -> None:
     ds = datasets.Dataset.from_dict({"x": list(range(60))})
     full = [b["x"].tolist() for b in dr.dataloader(["x"], inputs={"data": ds}, batch_size=7, shuffle=True)]
@@ -167,6 +169,7 @@ def test_the_dataset_fingerprint_is_part_of_the_pass_cache_key(
 # --- streaming ------------------------------------------------------------------------------
 
 
+@pytest.mark.procs
 @pytest.mark.parametrize("shards", [1, 3, 4, 8])
 @pytest.mark.parametrize("workers", [0, 2])
 @pytest.mark.parametrize("world_size", [1, 2])
@@ -182,6 +185,7 @@ def test_a_stream_in_shards_delivers_every_row_exactly_once(
     assert sorted(got) == _all(shards)
 
 
+@pytest.mark.procs
 @pytest.mark.parametrize("workers", [0, 2])
 def test_each_shard_is_opened_once_per_epoch_by_the_worker_that_serves_it(
     dr: fd.Driver, tmp_path: Path, workers: int
@@ -197,6 +201,7 @@ def test_each_shard_is_opened_once_per_epoch_by_the_worker_that_serves_it(
         assert len(pids) == 2
 
 
+@pytest.mark.procs
 def test_fewer_shards_than_consumers_splits_examples_and_says_so_once(
     dr: fd.Driver, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -230,6 +235,7 @@ def test_ranks_given_by_hand_over_a_stream_in_shards_say_they_cannot_be_evened(
     assert not [r for r in caplog.records if "cannot even out" in r.getMessage()]
 
 
+@pytest.mark.procs
 def test_statistics_over_a_stream_equal_those_over_its_rows(dr: fd.Driver) -> None:
     loader = dr.dataloader(["centered"], inputs={"data": _stream(3)}, batch_size=16, num_workers=2)
     mean = sum(_all(3)) / len(_all(3))
@@ -239,6 +245,7 @@ def test_statistics_over_a_stream_equal_those_over_its_rows(dr: fd.Driver) -> No
     assert sorted(_xs(loader, "centered")) == pytest.approx(sorted(v - mean for v in _all(3)))
 
 
+@pytest.mark.procs
 def test_the_statistics_pass_reads_the_shards_in_parallel_where_it_computes_them(
     dr: fd.Driver, tmp_path: Path
 ) -> None:
@@ -268,6 +275,7 @@ def test_the_first_batch_of_an_endless_stream_arrives(dr: fd.Driver) -> None:
     assert first["x"].tolist() == [0.0, 1.0, 2.0, 3.0, 4.0]
 
 
+@pytest.mark.procs
 @pytest.mark.parametrize("workers", [0, 2, 3])
 @pytest.mark.parametrize("streaming", [False, True])
 def test_a_generator_source_iterating_a_stream_loses_nothing_with_workers(
@@ -283,6 +291,7 @@ def test_a_generator_source_iterating_a_stream_loses_nothing_with_workers(
     assert sorted(got) == sorted(float(s * 1000 + i) for s in (0, 1) for i in range(150))
 
 
+@pytest.mark.procs
 def test_local_parquet_shards_stream_once_each(dr: fd.Driver, tmp_path: Path) -> None:
     import pyarrow as pa
     import pyarrow.parquet as pq
@@ -317,6 +326,7 @@ class _Shards:
         return (r for i in range(len(self.parts)) for r in self.shard(len(self.parts), i))
 
 
+@pytest.mark.procs
 def test_any_iterable_in_shards_is_streamed_by_shards(dr: fd.Driver) -> None:
     data = _Shards([[1, 2, 3], [10, 11], [20, 21, 22, 23]])
     assert dr.execute(["all_x"], inputs={"data": data})["all_x"] == [1, 2, 3, 10, 11, 20, 21, 22, 23]
@@ -339,6 +349,7 @@ def test_a_failing_row_names_the_source_the_sample_and_its_shard(dr: fd.Driver) 
         dr.execute(["all_x"], inputs={"data": stream})
 
 
+@pytest.mark.procs
 def test_a_sample_skipped_in_the_statistics_pass_is_left_out_of_every_epoch(
     make_module: Callable[[str], Any]
 ) -> None:
@@ -373,6 +384,7 @@ def _run(dr: fd.Driver, data: Any, workers: int, stop: int | None = None, state:
     return out, None
 
 
+@pytest.mark.procs
 @settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(shards=st.sampled_from([1, 3, 4, 8]), before=st.sampled_from([0, 2]), after=st.sampled_from([0, 1, 2]),
        world_size=st.sampled_from([1, 2]), stop=st.integers(1, 3))  # 1 shard, 2 ranks x 2 workers: 4 batches a rank
@@ -404,6 +416,7 @@ def test_a_tampered_stream_position_is_refused(dr: fd.Driver) -> None:
         loader.load_state_dict(state)
 
 
+@pytest.mark.procs
 def test_a_stream_split_by_node_already_is_not_split_between_ranks_again(dr: fd.Driver) -> None:
     from datasets.distributed import split_dataset_by_node
 
@@ -416,6 +429,7 @@ def test_a_stream_split_by_node_already_is_not_split_between_ranks_again(dr: fd.
     assert sorted(got) == [float(s * 1000 + i) for s in (1, 3) for i in range(ROWS)]
 
 
+@pytest.mark.procs
 def test_the_dataset_of_a_stream_in_shards_works_under_a_plain_torch_dataloader(dr: fd.Driver) -> None:
     from torch.utils.data import DataLoader
 
@@ -510,6 +524,7 @@ def _uneven(shards: list[int]) -> Iterator[dict[str, int]]:
         yield from ({"x": s * 100 + i} for i in range(3 if s == 0 else 0))
 
 
+@pytest.mark.procs
 def test_an_empty_shard_in_a_pooled_pass_gives_what_inline_gives(dr: fd.Driver) -> None:
     data = datasets.IterableDataset.from_generator(_uneven, gen_kwargs={"shards": [0, 1, 2]})
     inline = dr.execute(["all_x", "x_stats"], inputs={"data": data})
@@ -518,6 +533,7 @@ def test_an_empty_shard_in_a_pooled_pass_gives_what_inline_gives(dr: fd.Driver) 
     assert pooled["x_stats"].mean.item() == inline["x_stats"].mean.item()
 
 
+@pytest.mark.procs
 def test_a_stream_mapped_by_a_lambda_is_read_here_when_it_cannot_travel(make_module: Callable[[str], Any]) -> None:
     dr = fd.Builder().with_modules(make_module(FLOW.replace(
         "def row(data: Any) -> Parallel[dict]:\n    return data",
@@ -527,6 +543,7 @@ def test_a_stream_mapped_by_a_lambda_is_read_here_when_it_cannot_travel(make_mod
         assert len(_xs(loader, "centered")) == 4 * ROWS
 
 
+@pytest.mark.procs
 def test_take_and_skip_keep_their_meaning_over_the_whole_stream(dr: fd.Driver) -> None:
     stream = _stream(4)
     want = [float(r["x"]) for r in stream.take(10)]
@@ -590,6 +607,7 @@ def _sharded(kind: str, tmp_path: Path) -> Any:
     return stream
 
 
+@pytest.mark.procs
 @pytest.mark.parametrize("kind", ["from_dict+map", "parquet+filter", "parquet", "shards+lambda"])
 def test_an_unpicklable_stream_gets_its_statistics_with_workers_and_its_epoch_in_the_workers(
     dr: fd.Driver, tmp_path: Path, kind: str
@@ -617,6 +635,7 @@ def _batches(loader: Any, cuts: tuple[int, ...] | None = ()) -> tuple[list[list[
     return out, states
 
 
+@pytest.mark.procs
 @pytest.mark.parametrize("shuffle", [False, True])
 @pytest.mark.parametrize("kind", ["from_dict+map", "parquet+filter", "parquet", "shards+lambda"])
 def test_a_stream_in_shards_resumed_at_the_same_worker_count_continues_in_the_uninterrupted_order(
@@ -644,6 +663,7 @@ def test_a_stream_in_shards_resumed_at_the_same_worker_count_continues_in_the_un
         assert full[:7] + rest == full, f"resumed with {workers} workers"
 
 
+@pytest.mark.procs
 def test_a_resumed_stream_saved_again_continues_in_the_uninterrupted_order(dr: fd.Driver) -> None:
     data = datasets.Dataset.from_dict({"x": list(range(70))}).to_iterable_dataset(num_shards=4)
     args: dict[str, Any] = dict(inputs={"data": data}, batch_size=4, shuffle=True, shuffle_buffer=8, seed=1,
@@ -662,6 +682,7 @@ def test_a_resumed_stream_saved_again_continues_in_the_uninterrupted_order(dr: f
     assert full[:3] + more + rest == full
 
 
+@pytest.mark.procs
 def test_a_stream_position_naming_a_lane_that_served_nothing_is_refused(dr: fd.Driver) -> None:
     data = _stream(2)
     _, state = _run(dr, data, 2, stop=1)
@@ -673,6 +694,7 @@ def test_a_stream_position_naming_a_lane_that_served_nothing_is_refused(dr: fd.D
         loader.load_state_dict(state)
 
 
+@pytest.mark.procs
 def test_an_unpicklable_stream_under_spawned_workers_is_an_error_naming_it_and_the_fix(
     dr: fd.Driver, tmp_path: Path
 ) -> None:
