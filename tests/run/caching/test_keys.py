@@ -276,7 +276,7 @@ def test_keys_of_state_are_the_same_in_another_process() -> None:
 
     want = digest([seams.SCALER, seams.OPTIONS, Vocab(("a", "b"), (2, 1)), {"b", "a", "c"}, torch.ones(2).to_sparse(),
                    seams.ENCODER.weight.detach()])
-    root = Path(__file__).resolve().parent.parent
+    root = Path(__file__).resolve().parents[3]
     other = [subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=root,
                             env={"PYTHONHASHSEED": str(seed), "PYTHONPATH": str(root), "PATH": ""}).stdout.strip()
              for seed in (1, 2)]
