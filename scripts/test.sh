@@ -3,7 +3,8 @@
 # --strict on the package) even when an earlier one fails, and reports all of them at the
 # end; the exit status is non-zero when any stage failed.
 #
-#   bash scripts/test.sh             the full suite (what .ci/run runs)
+#   bash scripts/test.sh             the full suite (what .ci/run runs): every test not
+#                                    marked ray, then those marked ray in a process of their own
 #   bash scripts/test.sh --fast      the fast tier: every test but the doc pages, Ray,
 #                                    several ranks, slow ones and those that start processes
 #                                    (the markers in pyproject.toml), then mypy; under 2 minutes
@@ -27,9 +28,8 @@ stage() {  # stage NAME COMMAND...: runs one stage and records its status
 }
 
 FAST='not docs and not ray and not dist and not slow and not procs'
-RAY_TESTS=tests/run/executors/test_ray.py
 
-ray_tests() {  # the Ray executor's tests in a pytest process of their own
+ray_tests() {  # the tests marked ray in a pytest process of their own
     # Ray's core worker ends its driver process with a bare _exit(1) when it loses its
     # raylet (no Python exception, no pytest summary; seen about once in three full runs
     # here, tracked with the Ray faults of issue 32). Run apart, such a crash cannot end the
@@ -37,11 +37,11 @@ ray_tests() {  # the Ray executor's tests in a pytest process of their own
     # once more, said on the console.
     local log rc
     log=$(mktemp)
-    .venv/bin/python -m pytest -q -p no:cacheprovider "$RAY_TESTS" 2>&1 | tee "$log"
+    .venv/bin/python -m pytest -q -p no:cacheprovider -m ray 2>&1 | tee "$log"
     rc=${PIPESTATUS[0]}
     if [ "$rc" != 0 ] && ! grep -Eq '^(=+ )?[0-9]+ (passed|failed|error)' "$log"; then
         echo "test.sh: the Ray tests' process ended with exit $rc and no pytest summary (Ray ended its driver); running them once more"
-        .venv/bin/python -m pytest -q -p no:cacheprovider "$RAY_TESTS"
+        .venv/bin/python -m pytest -q -p no:cacheprovider -m ray
         rc=$?
     fi
     rm -f "$log"
@@ -49,8 +49,8 @@ ray_tests() {  # the Ray executor's tests in a pytest process of their own
 }
 
 if [ "$#" -eq 0 ]; then
-    stage pytest .venv/bin/python -m pytest -q -p no:cacheprovider --ignore="$RAY_TESTS"
-    stage "pytest (Ray executor)" ray_tests
+    stage pytest .venv/bin/python -m pytest -q -p no:cacheprovider -m "not ray"
+    stage "pytest (Ray)" ray_tests
 elif [ "$1" = "--fast" ]; then
     shift
     stage "pytest (fast tier)" .venv/bin/python -m pytest -q -p no:cacheprovider -m "$FAST" "$@"
