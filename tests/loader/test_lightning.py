@@ -69,7 +69,7 @@ def test_lightning_ddp_keeps_flowdata_sampler_and_deals_each_sample_once(workers
 @pytest.mark.parametrize(("n", "workers"), [(9, 0), (17, 2)])  # N odd; N = 2*k*batch_size + 1
 def test_lightning_ddp_trains_when_ranks_would_get_uneven_batches_and_validates_each_sample_once(
         n: int, workers: int) -> None:
-    # The reproducer: 9 samples over 2 ranks at batch_size=4 gave rank 0 two batches
+    # Once failed: 9 samples over 2 ranks at batch_size=4 gave rank 0 two batches
     # and rank 1 one; rank 0's second step was paired with rank 1's next epoch, then gloo's
     # "Connection closed by peer". Evened out by default, every rank takes the same steps;
     # validation leaves out the rows loader.padding(batch_idx) counts.
@@ -138,7 +138,7 @@ def test_accelerate_prepare_keeps_the_flowdata_loader(world_size: int, workers: 
 @pytest.mark.dist
 @pytest.mark.parametrize(("n", "workers"), [(7, 0), (17, 2)])  # N odd; N = 2*k*batch_size + 1
 def test_accelerate_gather_for_metrics_returns_exactly_n_samples_over_two_processes(n: int, workers: int) -> None:
-    # The reproducer: gather_for_metrics over 2 processes and 7 samples returned 8
+    # Once failed: gather_for_metrics over 2 processes and 7 samples returned 8
     # values, then gloo's "Received data size doesn't match expected size" aborted the
     # process (the loader told Accelerate remainder 0). The ranks are evened out by padding,
     # and Accelerate is told the true remainder, so it cuts the repeats off.

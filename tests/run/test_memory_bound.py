@@ -61,9 +61,9 @@ def _peak(folder: Path, clips: int) -> dict[str, float]:
 def test_ten_thousand_clips_stay_under_one_and_a_half_gigabytes(tmp_path: Path) -> None:
     """Pass 1 (statistics) and one epoch, batch 32, two workers; peak of the process tree.
 
-    The absolute bound is the issue's; the growth from 1,000 clips is what tells streaming
-    from eager loading (an eager pipeline grows by ~1.4 GB here: 10,000 waveforms and
-    spectrograms).
+    The absolute bound is the one promised (1.5 GB); the growth from 1,000 clips is what
+    tells streaming from eager loading (an eager pipeline grows by ~1.4 GB here: 10,000
+    waveforms and spectrograms).
     """
     pytest.importorskip("psutil")
     small = _peak(tmp_path / "small", 1000)

@@ -530,7 +530,7 @@ def test_resize_follows_torchvision_size_rule() -> None:
             _, out = Resize(None, max_size=max_size).as_matrix((h, w))
             assert list(out) == _compute_resized_output_size((h, w), None, max_size)
     assert checked > 900
-    # the case, and the transform alone gives torchvision's pixels
+    # a 427x640 photograph, and the transform alone gives torchvision's pixels
     photo = torch.rand(3, 427, 640)
     assert Resize(256, short_side=True).as_matrix((427, 640))[1] == (256, 383)
     assert torch.equal(Resize(256, short_side=True)(photo), TF.resize(photo, [256], antialias=True))

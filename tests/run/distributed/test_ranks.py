@@ -147,7 +147,7 @@ FAILING_ON_ONE_RANK = _case("skip-on-one-rank", 2, on_error="skip", env={"FD_FAI
 
 
 def test_a_sample_failing_on_one_rank_is_left_out_on_every_rank(launched: Launched) -> None:
-    # The issue's reproducer: under on_error="skip", a transient error on one rank only used
+    # Once failed: under on_error="skip", a transient error on one rank only used
     # to give the ranks different statistics and different sample lists (samples delivered
     # twice, others never). Sample 250 is rank 1's in pass 1 (blocks 3 and 4).
     results = launched.results(FAILING_ON_ONE_RANK)
@@ -303,7 +303,7 @@ EVEN = {(world, workers, even): _case(f"even-{world}-{workers}-{even}", world, w
 @pytest.mark.parametrize("world,workers,even", [(2, 0, True), (2, 2, True), (3, 2, True), (2, 2, False)])
 def test_ranks_get_the_same_batches_padded_and_marked_unless_even_batches_is_off(
         launched: Launched, world: int, workers: int, even: bool) -> None:
-    # The issue's reproducer: N = 2*k*batch_size + 1 samples gave rank 0 one batch more than
+    # Once failed: N = 2*k*batch_size + 1 samples gave rank 0 one batch more than
     # rank 1 (a DDP step paired with the other rank's next epoch, then a crash). Now every
     # rank has the same number of batches of the same sizes; the rows that repeat a sample
     # are counted (report.padded) and marked (loader.padding(b)); even_batches=False keeps
@@ -325,7 +325,7 @@ MORE_ITEMS = _case("more-items-on-one-rank", 2, n=256, env={"FD_EXTRA": "1:1"})
 
 
 def test_ranks_whose_sources_list_different_items_raise_alike(launched: Launched) -> None:
-    # The issue's reproducer: a file appeared between two ranks' listings (256 items on rank
+    # Once failed: a file appeared between two ranks' listings (256 items on rank
     # 0, 257 on rank 1); the epoch silently lost and repeated samples. One fingerprint is
     # exchanged when the loader is built, and every rank raises saying how they differ.
     results = launched.results(MORE_ITEMS)
@@ -345,7 +345,7 @@ KILLED = {workers: _case(f"killed-{workers}", 3, workers, env={"FD_KILL": "2:270
 
 @pytest.mark.parametrize("workers", [0, 2])
 def test_a_killed_rank_gives_rank_error_on_every_survivor(launched: Launched, workers: int) -> None:
-    # The issue's reproducer: rank 2 of 3 SIGKILLed during the shared statistics pass (no
+    # Once failed: rank 2 of 3 SIGKILLed during the shared statistics pass (no
     # torchrun agent to stop the others). The survivors raised gloo's bare RuntimeError from
     # the status exchange, and one aborted at exit.
     name = KILLED[workers]
