@@ -3,7 +3,7 @@ sample cache with its type, dtype, layout and bits; a kind that cannot is refuse
 first written (a skipped sample under ``on_error="skip"``); a value whose class a reader
 cannot import is computed again, never taken for damage.
 
-Nodes are in tests/cache_cases/seams.py; ``seams.CALLS`` lists what a cached node computed.
+Nodes are in tests/cache_cases/stateful.py; ``stateful.CALLS`` lists what a cached node computed.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ import pytest
 import torch
 
 import flowdata as fd
-from tests.cache_cases import seams
+from tests.cache_cases import stateful
 
 
 N = 6
@@ -31,12 +31,12 @@ def fresh_state() -> Iterator[None]:
     """The module's objects as they start (each test may change them)."""
     def reset() -> None:
         with torch.no_grad():
-            seams.ENCODER.weight.fill_(1.0)
-        seams.OFFSET.zero_()
-        seams.TABLE[:] = 0
-        seams.SCALER.gain = 1.0
-        seams.OPTIONS.shift = 0.0
-        seams.CALLS.clear()
+            stateful.ENCODER.weight.fill_(1.0)
+        stateful.OFFSET.zero_()
+        stateful.TABLE[:] = 0
+        stateful.SCALER.gain = 1.0
+        stateful.OPTIONS.shift = 0.0
+        stateful.CALLS.clear()
 
     reset()
     yield
@@ -45,12 +45,12 @@ def fresh_state() -> Iterator[None]:
 
 def calls() -> list[str]:
     """What the cached nodes computed since the last look (and forgets it)."""
-    got = list(seams.CALLS)
-    seams.CALLS.clear()
+    got = list(stateful.CALLS)
+    stateful.CALLS.clear()
     return got
 
 
-def driver(module: ModuleType = seams, **config: Any) -> fd.Driver:
+def driver(module: ModuleType = stateful, **config: Any) -> fd.Driver:
     return fd.Builder().with_modules(module).with_config(config).build()
 
 
@@ -77,7 +77,7 @@ def same(a: Any, b: Any) -> bool:
     return bool(a == b)
 
 
-@pytest.mark.parametrize("kind", list(seams.KINDS))
+@pytest.mark.parametrize("kind", list(stateful.KINDS))
 def test_a_cached_value_comes_back_as_it_went(tmp_path: Path, kind: str) -> None:
     dr = driver()
     args: dict[str, Any] = dict(index=1, inputs={"n": 2, "kind": kind}, cache=["value"], cache_dir=tmp_path)
@@ -85,13 +85,13 @@ def test_a_cached_value_comes_back_as_it_went(tmp_path: Path, kind: str) -> None
     assert calls() == [f"value {kind}"]
     warm = dr.run_sample(["value"], **args)["value"]
     assert calls() == []  # read back from the cache
-    assert same(seams.KINDS[kind](), cold) and same(cold, warm), (cold, warm)
+    assert same(stateful.KINDS[kind](), cold) and same(cold, warm), (cold, warm)
 
 
-@pytest.mark.parametrize("kind", list(seams.REFUSED))
+@pytest.mark.parametrize("kind", list(stateful.REFUSED))
 def test_a_value_that_cannot_come_back_as_it_went_is_refused_when_first_written(tmp_path: Path, kind: str) -> None:
     dr = driver()
-    said = {"OrderedDict": "is a collections.OrderedDict", "dataclass": "is a tests.cache_cases.seams.Box",
+    said = {"OrderedDict": "is a collections.OrderedDict", "dataclass": "is a tests.cache_cases.stateful.Box",
             "object array": "is a numpy array of Python objects", "quantized tensor": "is a quantized tensor",
             "dict with int keys": "is a dict with keys that are not strings"}[kind]
     with pytest.raises(fd.SampleError, match=rf"node 'value' .*cache=\['value'\] cannot store what 'value' "
@@ -106,7 +106,7 @@ def test_on_error_skip_with_tensors_that_were_a_bare_runtime_error(tmp_path: Pat
     report = fd.Report()
     got = dr.execute(["values"], inputs={"n": 3, "kind": kind}, cache=["value"], cache_dir=tmp_path,
                      on_error="skip", report=report)["values"]
-    if kind in seams.KINDS:  # stored and read back
+    if kind in stateful.KINDS:  # stored and read back
         assert report.skipped == [] and len(got) == 3
         again = dr.execute(["values"], inputs={"n": 3, "kind": kind}, cache=["value"], cache_dir=tmp_path)["values"]
         assert calls() == [f"value {kind}"] * 3
@@ -122,9 +122,9 @@ def test_a_namedtuple_whose_class_is_not_imported_is_computed_again_not_damage(
     from flowdata.run.samplestore import MISS, SampleStore, encode_value
 
     writer = SampleStore(str(tmp_path / "node"))
-    writer.put("k", encode_value(seams.Point(1, 2.5)))
+    writer.put("k", encode_value(stateful.Point(1, 2.5)))
     writer.close()
-    monkeypatch.delattr(seams, "Point")  # a reader where the class cannot be found by its name
+    monkeypatch.delattr(stateful, "Point")  # a reader where the class cannot be found by its name
     reader = SampleStore(str(tmp_path / "node"))
     reader.refresh()
     with caplog.at_level(logging.WARNING, logger="flowdata"):
@@ -132,5 +132,5 @@ def test_a_namedtuple_whose_class_is_not_imported_is_computed_again_not_damage(
     assert not caplog.records and len(list((tmp_path / "node").glob("*.seg"))) == 1  # not damage: kept
     monkeypatch.undo()
     got = reader.get("k")
-    assert type(got) is seams.Point and got == (1, 2.5)
+    assert type(got) is stateful.Point and got == (1, 2.5)
     reader.close()

@@ -4,7 +4,7 @@ helper behind ``functools.cache``, the same key in another process -- and what a
 see (an open handle): refused by ``cache=``, warned of once by the pass cache. The sample
 cache (``cache=``) and the pass cache (``cache_dir=`` alone) alike, through the public API.
 
-Nodes are in tests/cache_cases/seams.py; ``seams.CALLS`` lists what a cached node computed.
+Nodes are in tests/cache_cases/stateful.py; ``stateful.CALLS`` lists what a cached node computed.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ import flowdata as fd
 import flowdata_modules.tabular as tabular
 import flowdata_modules.text as text
 from flowdata.stats import Stats, Vocab
-from tests.cache_cases import seams
+from tests.cache_cases import stateful
 
 N = 6
 
@@ -39,12 +39,12 @@ def fresh_state() -> Iterator[None]:
     """The module's objects as they start (each test may change them)."""
     def reset() -> None:
         with torch.no_grad():
-            seams.ENCODER.weight.fill_(1.0)
-        seams.OFFSET.zero_()
-        seams.TABLE[:] = 0
-        seams.SCALER.gain = 1.0
-        seams.OPTIONS.shift = 0.0
-        seams.CALLS.clear()
+            stateful.ENCODER.weight.fill_(1.0)
+        stateful.OFFSET.zero_()
+        stateful.TABLE[:] = 0
+        stateful.SCALER.gain = 1.0
+        stateful.OPTIONS.shift = 0.0
+        stateful.CALLS.clear()
 
     reset()
     yield
@@ -53,12 +53,12 @@ def fresh_state() -> Iterator[None]:
 
 def calls() -> list[str]:
     """What the cached nodes computed since the last look (and forgets it)."""
-    got = list(seams.CALLS)
-    seams.CALLS.clear()
+    got = list(stateful.CALLS)
+    stateful.CALLS.clear()
     return got
 
 
-def driver(module: ModuleType = seams, **config: Any) -> fd.Driver:
+def driver(module: ModuleType = stateful, **config: Any) -> fd.Driver:
     return fd.Builder().with_modules(module).with_config(config).build()
 
 
@@ -128,15 +128,15 @@ def test_tabular_module_with_cache_categories_and_label(tmp_path: Path) -> None:
 
 def _load_weights(path: Path, w: float) -> None:
     torch.save({"weight": torch.full((1, 1), w)}, path)
-    seams.ENCODER.load_state_dict(torch.load(path))
+    stateful.ENCODER.load_state_dict(torch.load(path))
 
 
 MUTATIONS: list[tuple[str, Callable[[Path], None]]] = [
     ("torch module weights loaded from a file", lambda p: _load_weights(p / "w.pt", 5.0)),
-    ("a module-level tensor changed in place", lambda p: seams.OFFSET.add_(2.0)),
-    ("a module-level numpy array changed in place", lambda p: seams.TABLE.__setitem__(slice(None), 3.0)),
-    ("an attribute of an instance the node calls", lambda p: setattr(seams.SCALER, "gain", 4.0)),
-    ("a field of a module-level dataclass", lambda p: setattr(seams.OPTIONS, "shift", 1.5)),
+    ("a module-level tensor changed in place", lambda p: stateful.OFFSET.add_(2.0)),
+    ("a module-level numpy array changed in place", lambda p: stateful.TABLE.__setitem__(slice(None), 3.0)),
+    ("an attribute of an instance the node calls", lambda p: setattr(stateful.SCALER, "gain", 4.0)),
+    ("a field of a module-level dataclass", lambda p: setattr(stateful.OPTIONS, "shift", 1.5)),
 ]
 
 
@@ -228,10 +228,10 @@ def y_stats(y: Collect[float]) -> Stats:
 
 @pytest.fixture()
 def helpers(tmp_path: Path) -> Iterator[Callable[[str, str], ModuleType]]:
-    """A module ``seam_helpers`` in a folder of its own: edited, then imported afresh."""
+    """A module ``edited_helpers`` in a folder of its own: edited, then imported afresh."""
     folder = tmp_path / "code"
     folder.mkdir()
-    path = folder / "seam_helpers.py"
+    path = folder / "edited_helpers.py"
     path.write_text(HELPERS)
     sys.path.insert(0, str(folder))
 
@@ -239,13 +239,13 @@ def helpers(tmp_path: Path) -> Iterator[Callable[[str, str], ModuleType]]:
         if old:
             assert old in path.read_text()
             path.write_text(path.read_text().replace(old, new, 1))
-        sys.modules.pop("seam_helpers", None)
+        sys.modules.pop("edited_helpers", None)
         importlib.invalidate_caches()
-        return importlib.import_module("seam_helpers")
+        return importlib.import_module("edited_helpers")
 
     yield edit
     sys.path.remove(str(folder))
-    sys.modules.pop("seam_helpers", None)
+    sys.modules.pop("edited_helpers", None)
 
 
 @pytest.mark.parametrize("edit", [("return 1.0", "return 5.0"), ("return v + 0.0", "return v + 5.0")],
@@ -268,14 +268,14 @@ def test_an_edited_helper_behind_a_functools_cache_misses(
 
 @pytest.mark.procs
 def test_keys_of_state_are_the_same_in_another_process() -> None:
-    code = ("from flowdata.digest import digest; from tests.cache_cases import seams; "
+    code = ("from flowdata.digest import digest; from tests.cache_cases import stateful; "
             "from flowdata.stats import Vocab; import torch; "
-            "print(digest([seams.SCALER, seams.OPTIONS, Vocab(('a', 'b'), (2, 1)), {'b', 'a', 'c'}, "
-            "torch.ones(2).to_sparse(), seams.ENCODER.weight.detach().fill_(1)]))")
+            "print(digest([stateful.SCALER, stateful.OPTIONS, Vocab(('a', 'b'), (2, 1)), {'b', 'a', 'c'}, "
+            "torch.ones(2).to_sparse(), stateful.ENCODER.weight.detach().fill_(1)]))")
     from flowdata.digest import digest
 
-    want = digest([seams.SCALER, seams.OPTIONS, Vocab(("a", "b"), (2, 1)), {"b", "a", "c"}, torch.ones(2).to_sparse(),
-                   seams.ENCODER.weight.detach()])
+    want = digest([stateful.SCALER, stateful.OPTIONS, Vocab(("a", "b"), (2, 1)), {"b", "a", "c"},
+                   torch.ones(2).to_sparse(), stateful.ENCODER.weight.detach()])
     root = Path(__file__).resolve().parents[3]
     other = [subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=root,
                             env={"PYTHONHASHSEED": str(seed), "PYTHONPATH": str(root), "PATH": ""}).stdout.strip()
@@ -288,16 +288,16 @@ def test_keys_of_state_are_the_same_in_another_process() -> None:
 
 def test_a_node_reaching_an_open_handle_is_refused_by_cache(tmp_path: Path) -> None:
     dr = driver()
-    with pytest.raises(fd.InputError, match=r"cache=\['logged'\]: the key of 'logged' \(.*seams.py:\d+\) cannot see "
-                                            r"tests.cache_cases.seams.LOG \(a _io.TextIOWrapper, whose state cannot "
-                                            r"be read\), which _peek \(seams.py:\d+\) reads: a cached value would go "
-                                            r"stale when it changes\n  fix: create the object inside the node"):
+    with pytest.raises(fd.InputError, match=r"cache=\['logged'\]: the key of 'logged' \(.*stateful.py:\d+\) cannot "
+                                            r"see tests.cache_cases.stateful.LOG \(a _io.TextIOWrapper, whose state "
+                                            r"cannot be read\), which _peek \(stateful.py:\d+\) reads: a cached value "
+                                            r"would go stale when it changes\n  fix: create the object inside the node"):
         dr.dataloader(["logged"], inputs={"n": N}, cache=["logged"], cache_dir=tmp_path)
     with pytest.raises(fd.InputError, match=r"cache=\['logged'\]: the key of 'logged'"):
         dr.run_sample(["logged"], inputs={"n": N}, cache=["logged"], cache_dir=tmp_path)
     # downstream of a statistics pass, and upstream of the cached node: refused before the pass runs
     with pytest.raises(fd.InputError, match=r"cache=\['late'\]: the key of 'late' .* cannot see "
-                                            r"tests.cache_cases.seams.LOG .*\(upstream, through 'logged'"):
+                                            r"tests.cache_cases.stateful.LOG .*\(upstream, through 'logged'"):
         dr.dataloader(["late"], inputs={"n": N}, cache=["late"], cache_dir=tmp_path)
     assert calls() == []
     with pytest.raises(fd.InputError, match=r"cache=\['tagged'\]: the key of 'tagged' .* cannot see the value of "
@@ -319,8 +319,8 @@ def test_the_pass_cache_warns_once_and_computes_when_its_key_cannot_see(
     assert means == [2.5] * 3
     warned = [r.getMessage() for r in caplog.records if "is not cached" in r.getMessage()]
     assert len(warned) == 1, warned
-    assert warned[0].startswith("pass 1 of group 'x' is not cached: its key cannot see tests.cache_cases.seams.LOG "
-                                "(a _io.TextIOWrapper, whose state cannot be read), which _peek (seams.py:")
+    assert warned[0].startswith("pass 1 of group 'x' is not cached: its key cannot see tests.cache_cases.stateful.LOG "
+                                "(a _io.TextIOWrapper, whose state cannot be read), which _peek (stateful.py:")
     assert not list(tmp_path.glob("pass-*"))  # nothing stored that could go stale
 
 
