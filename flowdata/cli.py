@@ -128,8 +128,9 @@ def _outputs(text: str) -> list[str]:
 
 
 def _parser() -> argparse.ArgumentParser:
-    from flowdata import __version__
+    from flowdata.installed import package_version
 
+    __version__ = package_version("flowdata")
     parser = argparse.ArgumentParser(prog="flowdata", description="Typed dataflows for ML data pipelines.")
     parser.add_argument("--version", action="version", version=f"flowdata {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)

@@ -34,7 +34,7 @@ if TYPE_CHECKING:
     from flowdata.loader import DataLoader, LaneDataset, PassDataset, StreamDataset
     from flowdata.run.samplecache import SampleCache
 
-__all__ = ["Builder", "Driver", "InputLikeNodeWarning", "UnreadInputWarning", "compile_modules", "inputs_like_nodes",
+__all__ = ["Builder", "Call", "Driver", "InputLikeNodeWarning", "UnreadInputWarning", "compile_modules", "inputs_like_nodes",
            "load_module"]
 
 P = ParamSpec("P")
@@ -53,6 +53,26 @@ def _public(fn: Callable[P, R]) -> Callable[P, R]:
             raise exc.with_traceback(None) from exc.__cause__
 
     return wrapper
+
+
+@dataclass(frozen=True)
+class Call:
+    """One call resolved against the graph (:meth:`Driver.resolve`): what every way of
+    running it -- ``execute()``, ``run_sample()``, ``dataset()``, ``dataloader()`` -- starts
+    from.
+
+    Attributes:
+        outputs: The outputs asked for, in order.
+        values: The whole values the call is given: config, then inputs, then overrides.
+        replaced: Nodes whose values the call gives (overrides, and inputs named like a node):
+            they and what only they needed are not computed.
+        plan: The call's plan (groups, passes, once nodes).
+    """
+
+    outputs: tuple[str, ...]
+    values: Mapping[str, Any]
+    replaced: tuple[str, ...]
+    plan: Plan
 
 
 @dataclass(frozen=True)
@@ -216,10 +236,6 @@ class Driver:
             return Role.INPUT
         return self.analysis.roles[name]
 
-    def _values(self, inputs: Mapping[str, Any] | None, overrides: Mapping[str, Any] | None) -> dict[str, Any]:
-        # Config entries are inputs too, as in Hamilton.
-        return {**self.config, **(inputs or {}), **(overrides or {})}
-
     def _check_source_overrides(self, outputs: Sequence[str], overrides: Mapping[str, Any]) -> None:
         """A source overridden with a list or tuple of items runs its group over them; with
         anything else (one item), it is refused with the call that does what was meant."""
@@ -246,7 +262,7 @@ class Driver:
         (an input named like a node replaces that node, and whatever only it needed)."""
         return tuple(dict.fromkeys([*(overrides or ()), *(k for k in inputs or () if k in self.graph.nodes)]))
 
-    def _warn_unread(self, inputs: Mapping[str, Any], stacklevel: int = 4) -> None:
+    def _warn_unread(self, inputs: Mapping[str, Any]) -> None:
         """Warns about inputs no node reads: usually a misspelt name whose default was used."""
         unread = self.graph.unread(inputs)
         if not unread:
@@ -260,8 +276,33 @@ class Driver:
             " (a switch read by @config.when chooses functions when the graph is built: give it to"
             " Builder().with_config(), not inputs=)",
             UnreadInputWarning,
-            stacklevel=stacklevel,
+            stacklevel=_user_stacklevel(),
         )
+
+    def resolve(
+        self,
+        outputs: Iterable[str],
+        inputs: Mapping[str, Any] | None = None,
+        overrides: Mapping[str, Any] | None = None,
+        *,
+        per_sample: bool = False,
+    ) -> Call:
+        """Resolves one call: its values (config, inputs, overrides), the nodes they replace,
+        and its plan -- checked as every run checks it, with a warning for inputs no node
+        reads. ``per_sample=True`` plans per-sample outputs (the loader, ``run_sample()``);
+        otherwise they are refused, as ``execute()`` refuses them.
+
+        Raises:
+            InputError: an unknown output, a missing input, a per-sample output where whole
+                values are asked for, or a source overridden with one item.
+        """
+        outputs = tuple(outputs)
+        values = {**self.config, **(inputs or {}), **(overrides or {})}  # config entries are inputs too, as in Hamilton
+        replaced = self._replaced(inputs, overrides)  # an input named like a node replaces it too
+        self._check_source_overrides(outputs, {k: values[k] for k in replaced})
+        self._warn_unread(inputs or {})
+        plan = make_plan(self.graph, self.analysis, outputs, set(values), replaced, allow_per_sample=per_sample)
+        return Call(outputs, MappingProxyType(values), replaced, plan)
 
     @_public
     def plan(
@@ -343,17 +384,12 @@ class Driver:
             raise InputError(f"chunk_size={chunk_size!r}: expected a positive int, or None to adapt")
         if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 1:
             raise InputError(f"batch_size={batch_size!r}: expected a positive int (samples per batch of batch nodes)")
-        outputs = tuple(outputs)
-        values = self._values(inputs, overrides)
-        replaced = self._replaced(inputs, overrides)  # an input named like a node replaces it too
-        self._check_source_overrides(outputs, {k: values[k] for k in replaced})
-        self._warn_unread(inputs or {})
-        plan = make_plan(self.graph, self.analysis, outputs, set(values), replaced, allow_per_sample=False)
+        call = self.resolve(outputs, inputs, overrides)
         if report is None:
             report = Report()
         report.max_skipped = max_skipped
         return scheduler.execute(
-            self.graph, self.analysis, self.program, plan, values, executor=executor, chunk_size=chunk_size,
+            self.graph, self.analysis, self.program, call.plan, dict(call.values), executor=executor, chunk_size=chunk_size,
             cache_dir=os.fspath(cache_dir) if cache_dir is not None else None, on_error=mode, report=report,
             timeout=seconds, samples=self._sample_cache(cache, cache_dir, cache_max_bytes), batch_size=batch_size,
         )
@@ -570,7 +606,7 @@ class Driver:
         computed first.
         """
         outputs = tuple(outputs)
-        values = self._values(inputs, None)
+        values = {**self.config, **(inputs or {})}
         not_per_sample = [o for o in outputs if o in self.graph.nodes and not self.analysis.per_sample(o)
                           and not self.analysis.batch(o)]
         plan = None

@@ -40,58 +40,20 @@ import hashlib
 import inspect
 import os
 import sys
-import sysconfig
 import threading
 import types
 from collections.abc import Iterator
 from typing import Any
 
-from flowdata.digest import Unseen, is_code
+from flowdata.digest import Unseen, digest_with, is_code, reading
+from flowdata.installed import is_user_module, package_version
 
-__all__ = ["code_key", "file_stats", "is_user_module", "package_version"]
+__all__ = ["code_key", "digest", "file_stats", "is_user_module", "package_version"]
 
 _CONSTANT = (bool, int, float, complex, str, bytes, type(None))
 # Mutable containers at module level, per-thread stores included: keyed by their type (see reached()).
 _MUTABLE = (list, dict, set, bytearray, collections.deque, collections.abc.MutableMapping,
             collections.abc.MutableSequence, collections.abc.MutableSet, threading.local)
-
-
-@functools.lru_cache(maxsize=1)
-def _installed_roots() -> tuple[str, ...]:
-    paths = sysconfig.get_paths()
-    roots = {paths[k] for k in ("stdlib", "platstdlib", "purelib", "platlib") if k in paths}
-    roots |= {os.path.dirname(os.__file__), sys.prefix, sys.base_prefix}
-    return tuple(sorted(os.path.realpath(r) + os.sep for r in roots))
-
-
-def is_user_module(module: types.ModuleType | None) -> bool:
-    """Whether ``module`` is the user's own (a file outside the Python installation)."""
-    if module is None:
-        return False
-    name = module.__name__
-    if name == "flowdata" or name.startswith("flowdata."):
-        return False  # the library itself: keyed by its version
-    file = getattr(module, "__file__", None)
-    if not file:
-        return False  # built-in
-    real = os.path.realpath(file)
-    return not real.startswith(_installed_roots())
-
-
-@functools.lru_cache(maxsize=256)
-def package_version(module_name: str) -> str:
-    """The installed version of the package a module belongs to ("?" when unknown)."""
-    import importlib.metadata  # here: it costs about 30 ms to import, and only a pass-cache key needs it
-
-    top = module_name.split(".")[0]
-    try:
-        return importlib.metadata.version(top)
-    except Exception:
-        if top == "flowdata":
-            import flowdata
-
-            return str(flowdata.__version__)
-        return getattr(sys.modules.get(top), "__version__", "?")
 
 
 def code_key(fn: Any) -> str:
@@ -101,8 +63,6 @@ def code_key(fn: Any) -> str:
         flowdata.digest.Unseen: it reaches an object whose state cannot be read (an open
             file, a lock, a compiled function of the user's own), named with where it is.
     """
-    from flowdata.digest import reading
-
     with reading() as ctx:
         known = ctx.codes.get(id(fn))
         if known is not None and known[0] is fn:  # one digest in progress reads a class once
@@ -111,6 +71,16 @@ def code_key(fn: Any) -> str:
         _Walker(h).visit(fn)
         key = ctx.codes[id(fn)] = (fn, h.hexdigest())
     return key[1]
+
+
+def digest(value: Any) -> str:
+    """A stable SHA-256 of ``value`` by content (:func:`flowdata.digest.digest_with`), the
+    functions and classes in it by :func:`code_key`.
+
+    Raises:
+        flowdata.digest.Unseen: ``value`` holds an object whose state cannot be read.
+    """
+    return digest_with(value, code_key)
 
 
 class _Walker:
@@ -217,8 +187,6 @@ class _Walker:
             self.value(value, where)
 
     def value(self, value: Any, where: str = "") -> None:
-        from flowdata.digest import digest
-
         try:
             self.put("value:" + digest(value))
         except Unseen as exc:

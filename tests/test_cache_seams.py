@@ -266,11 +266,11 @@ def test_an_edited_helper_behind_a_functools_cache_misses(
 
 
 def test_keys_of_state_are_the_same_in_another_process() -> None:
-    code = ("from flowdata.digest import digest; from tests.cache_cases import seams; "
+    code = ("from flowdata.fingerprint import digest; from tests.cache_cases import seams; "
             "from flowdata.stats import Vocab; import torch; "
             "print(digest([seams.SCALER, seams.OPTIONS, Vocab(('a', 'b'), (2, 1)), {'b', 'a', 'c'}, "
             "torch.ones(2).to_sparse(), seams.ENCODER.weight.detach().fill_(1)]))")
-    from flowdata.digest import digest
+    from flowdata.fingerprint import digest
 
     want = digest([seams.SCALER, seams.OPTIONS, Vocab(("a", "b"), (2, 1)), {"b", "a", "c"}, torch.ones(2).to_sparse(),
                    seams.ENCODER.weight.detach()])

@@ -33,7 +33,6 @@ from typing import TYPE_CHECKING, Any
 from flowdata.cache import PassCache
 from flowdata.errors import InputError
 from flowdata.node import Role
-from flowdata.plan import make_plan
 from flowdata.report import Report
 from flowdata.run.batches import BatchStep
 from flowdata.run.cache import ReductionCache
@@ -155,11 +154,8 @@ def build_dataset(
     """
     outputs = tuple(outputs)
     on_error = on_error_mode(options.on_error)
-    values = driver._values(inputs, None)
-    driver._warn_unread(inputs or {}, stacklevel=6)
-    replaced = driver._replaced(inputs, None)
-    analysis = driver.analysis
-    plan = make_plan(driver.graph, analysis, outputs, set(values), replaced, allow_per_sample=True)
+    call = driver.resolve(outputs, inputs, per_sample=True)
+    values, plan, analysis = dict(call.values), call.plan, driver.analysis
     batch_outputs = [o for o in outputs if analysis.batch(o)]
     if batch_outputs and not batches:
         raise InputError(
@@ -276,7 +272,7 @@ def build_dataset(
         indices = [i for i in range(len(index.items)) if i not in skipped]
     # Collect results given by name (e.g. a validation loader fed the training statistics)
     # are part of what the loader was built with.
-    given = {n: values[n] for n in replaced if analysis.roles.get(n) is Role.COLLECT}
+    given = {n: values[n] for n in call.replaced if analysis.roles.get(n) is Role.COLLECT}
     return dataset, indices, {**given, **run.collected()}, recorder, step
 
 

@@ -12,8 +12,9 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from flowdata.cache import PassCache
-from flowdata.digest import Unseen, digest, reading
-from flowdata.fingerprint import code_key, file_stats, package_version
+from flowdata.digest import Unseen, reading
+from flowdata.fingerprint import code_key, digest, file_stats
+from flowdata.installed import package_version
 from flowdata.discover import Program
 from flowdata.node import Node
 from flowdata.plan import GroupPlan, PassPlan

@@ -158,8 +158,10 @@ class SampleCache:
                 on (an open file, a lock, a compiled function of the user's own): a cache
                 could serve stale values when it changes.
         """
-        from flowdata.digest import Unseen, digest
-        from flowdata.fingerprint import file_stats, package_version
+        from flowdata.digest import Unseen
+        from flowdata.fingerprint import digest
+        from flowdata.fingerprint import file_stats
+        from flowdata.installed import package_version
 
         chain = sorted({name, *upstream})
         reads = sorted({p.name for n in chain for p in nodes[n].params if p.name in whole})
@@ -208,7 +210,8 @@ def _unseen(name: str, nodes: Mapping[str, Node], why: str) -> InputError:
 
 def key_of(node: CachedNode, item: Any, index: int) -> str:
     """The key of one sample's entry (see the module docstring)."""
-    from flowdata.digest import Unseen, digest
+    from flowdata.digest import Unseen
+    from flowdata.fingerprint import digest
     from flowdata.fingerprint import file_stats
 
     try:

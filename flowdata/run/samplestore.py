@@ -27,7 +27,7 @@ match its checksum, is left out whole and removed: logged once with its path, it
 are computed again and written anew. Something that is not a file where a segment should
 be (a FIFO, a socket, a device, a folder named ``*.seg``) is never opened for reading (a
 FIFO would wait for a writer): it is ignored, left alone and logged once, and its
-samples are computed (:mod:`flowdata._files`).
+samples are computed (:mod:`flowdata.io`).
 
 A folder that cannot be written (read-only, a full disk, a file in the way) leaves nothing
 behind (a segment is written to a temporary name and renamed into place, or removed) and
@@ -407,7 +407,7 @@ class SampleStore:
                 self._open(os.path.join(self.folder, name))
 
     def _open(self, path: str) -> None:
-        from flowdata._files import NotAFile, open_regular
+        from flowdata.io import NotAFile, open_regular
 
         try:
             with open_regular(path) as f:

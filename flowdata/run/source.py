@@ -40,6 +40,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from flowdata.run import scratch, writers
 from flowdata.errors import FlowdataError, NodeError, describe, short_repr, user_traceback
+from flowdata.io import mapped_path, open_mapped
 from flowdata.node import Node
 
 __all__ = [
@@ -50,7 +51,6 @@ __all__ = [
     "SequenceIndex",
     "Source",
     "TableIndex",
-    "mapped_table",
     "as_source",
     "call_source",
     "guarded",
@@ -108,14 +108,12 @@ class TableIndex:
         self._starts: Any = None
 
     def __getstate__(self) -> dict[str, Any]:
-        mapped = _MAPPED.get(id(self.table))
+        mapped = mapped_path(self.table)
         return {"mapped": mapped} if mapped is not None else {"table": self.table}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         if "mapped" in state:  # mapped here too (the file belongs to the process that made it)
-            table = _open_mapped(state["mapped"])
-            _MAPPED[id(table)] = state["mapped"]
-            weakref.finalize(table, _MAPPED.pop, id(table), None)
+            table = open_mapped(state["mapped"])
         else:
             table = state["table"]
         self.__init__(table)  # type: ignore[misc]
@@ -158,44 +156,6 @@ class TableIndex:
     def __iter__(self) -> Iterator[Any]:
         for start in range(0, len(self.table), _BATCH):
             yield from self.take(range(start, min(start + _BATCH, len(self.table))))
-
-
-_MAPPED: dict[int, str] = {}  # id of a table made by mapped_table() -> the Arrow file it maps
-
-
-def mapped_table(batches: Iterable[Any], schema: Any, name: str = "table") -> Any:
-    """A ``pyarrow.Table`` of record ``batches``, written to an Arrow IPC file in a scratch
-    folder and memory-mapped from it: its rows live in the page cache, not in this
-    process's heap, a forked worker shares them, and a :class:`TableIndex` of it pickles as
-    the file's path (a worker maps the same file instead of unpickling a copy). The file is
-    removed when the table is collected (and at exit, see :mod:`flowdata.run.scratch`)."""
-    import pyarrow as pa
-
-    folder = scratch.make("index")
-    path = os.path.join(folder, f"{name}.arrow")
-    try:
-        with pa.OSFile(path, "wb") as sink, pa.ipc.new_file(sink, schema) as writer:
-            for batch in batches:
-                writer.write_batch(batch)
-        table = _open_mapped(path)
-    except BaseException:
-        scratch.remove(folder)
-        raise
-    key = id(table)
-    _MAPPED[key] = path
-    weakref.finalize(table, _unmap, key, folder)
-    return table
-
-
-def _open_mapped(path: str) -> Any:
-    import pyarrow as pa
-
-    return pa.ipc.open_file(pa.memory_map(path, "r")).read_all()
-
-
-def _unmap(key: int, folder: str) -> None:
-    _MAPPED.pop(key, None)
-    scratch.remove(folder)
 
 
 def _is_table(value: Any) -> bool:
@@ -610,7 +570,7 @@ def _into_place(written: str, folder: str, name: str) -> str:
     under that name (a FIFO, a socket, a device, a folder) is left alone and said once:
     the index is read from ``written``, removed like any temporary index once this
     process is gone."""
-    from flowdata._files import NotAFile
+    from flowdata.io import NotAFile
 
     try:
         digest = _file_digest(written)
@@ -644,7 +604,7 @@ def _into_place(written: str, folder: str, name: str) -> str:
 def _file_digest(path: str) -> str:
     import hashlib
 
-    from flowdata._files import open_regular
+    from flowdata.io import open_regular
 
     h = hashlib.sha256()
     with open_regular(path) as f:
