@@ -607,6 +607,7 @@ class Driver:
         """
         outputs = tuple(outputs)
         values = {**self.config, **(inputs or {})}
+        self._warn_unread(inputs or {})
         not_per_sample = [o for o in outputs if o in self.graph.nodes and not self.analysis.per_sample(o)
                           and not self.analysis.batch(o)]
         plan = None

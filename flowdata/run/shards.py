@@ -17,7 +17,7 @@
 
 Hugging Face's ``IterableDataset`` keeps only "its" shards when iterated inside a torch
 DataLoader worker; a shard read here (and any source iterated by
-:func:`~flowdata.run.source.guarded`) is read with the worker hidden, so nothing is
+:func:`~flowdata.run.sources.contract.guarded`) is read with the worker hidden, so nothing is
 split twice.
 """
 
@@ -28,7 +28,7 @@ from typing import Any
 
 from flowdata.errors import FlowdataError, NodeError, describe, user_traceback
 from flowdata.node import Node
-from flowdata.run.source import guarded
+from flowdata.run.sources.contract import guarded
 
 __all__ = ["SHARD_STRIDE", "DatasetIndex", "ShardedSource", "is_hf_dataset", "is_sharded", "shard_of"]
 
