@@ -128,7 +128,7 @@ def _outputs(text: str) -> list[str]:
 
 
 def _parser() -> argparse.ArgumentParser:
-    from flowdata.installed import package_version
+    from flowdata.run.caching.installed import package_version
 
     __version__ = package_version("flowdata")
     parser = argparse.ArgumentParser(prog="flowdata", description="Typed dataflows for ML data pipelines.")

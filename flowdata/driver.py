@@ -32,7 +32,7 @@ if TYPE_CHECKING:
     import torch
 
     from flowdata.loader import DataLoader, LaneDataset, PassDataset, StreamDataset
-    from flowdata.run.samplecache import SampleCache
+    from flowdata.run.caching.samplecache import SampleCache
 
 __all__ = ["Builder", "Call", "Driver", "InputLikeNodeWarning", "UnreadInputWarning", "compile_modules", "inputs_like_nodes",
            "load_module"]
@@ -397,7 +397,7 @@ class Driver:
     def _sample_cache(self, cache: Iterable[str] | None, cache_dir: str | os.PathLike[str] | None,
                       max_bytes: int | None) -> SampleCache | None:
         """``cache=`` checked against the graph (None when no node is named)."""
-        from flowdata.run.samplecache import SampleCache
+        from flowdata.run.caching.samplecache import SampleCache
 
         names = [cache] if isinstance(cache, str) else list(cache or ())
         if not names:

@@ -11,7 +11,7 @@ import pytest
 torch = pytest.importorskip("torch")
 from torch import nn  # noqa: E402
 
-from flowdata.cache import digest  # noqa: E402
+from flowdata.run.caching.passcache import digest  # noqa: E402
 from flowdata.transforms import LogMel, Normalize  # noqa: E402
 
 
@@ -51,6 +51,6 @@ def test_classes_and_cycles_are_keys_too() -> None:
 
 
 def test_keys_are_the_same_in_another_process() -> None:
-    code = "from flowdata.cache import digest; from flowdata.transforms import LogMel; print(digest(LogMel(n_mels=16)))"
+    code = "from flowdata.run.caching.passcache import digest; from flowdata.transforms import LogMel; print(digest(LogMel(n_mels=16)))"
     other = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
     assert other == digest(LogMel(n_mels=16))

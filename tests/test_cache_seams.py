@@ -266,11 +266,11 @@ def test_an_edited_helper_behind_a_functools_cache_misses(
 
 
 def test_keys_of_state_are_the_same_in_another_process() -> None:
-    code = ("from flowdata.fingerprint import digest; from tests.cache_cases import seams; "
+    code = ("from flowdata.run.caching.fingerprint import digest; from tests.cache_cases import seams; "
             "from flowdata.stats import Vocab; import torch; "
             "print(digest([seams.SCALER, seams.OPTIONS, Vocab(('a', 'b'), (2, 1)), {'b', 'a', 'c'}, "
             "torch.ones(2).to_sparse(), seams.ENCODER.weight.detach().fill_(1)]))")
-    from flowdata.fingerprint import digest
+    from flowdata.run.caching.fingerprint import digest
 
     want = digest([seams.SCALER, seams.OPTIONS, Vocab(("a", "b"), (2, 1)), {"b", "a", "c"}, torch.ones(2).to_sparse(),
                    seams.ENCODER.weight.detach()])
@@ -397,7 +397,7 @@ def _recurrent() -> torch.nn.Module:
                                   lambda: torch.nn.utils.parametrizations.weight_norm(torch.nn.Linear(2, 2))],
                          ids=["LSTM", "GRU", "MultiheadAttention", "ScriptModule", "weight_norm"])
 def test_the_key_of_a_torch_module_of_any_kind_sees_its_weights(make: Callable[[], torch.nn.Module]) -> None:
-    from flowdata.cache import digest
+    from flowdata.run.caching.passcache import digest
 
     torch.manual_seed(0)
     module = make()
@@ -411,7 +411,7 @@ def test_the_key_of_a_torch_module_of_any_kind_sees_its_weights(make: Callable[[
 
 def test_a_namedtuple_whose_class_is_not_imported_is_computed_again_not_damage(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
-    from flowdata.run.samplestore import MISS, SampleStore, encode_value
+    from flowdata.run.caching.store import MISS, SampleStore, encode_value
 
     writer = SampleStore(str(tmp_path / "node"))
     writer.put("k", encode_value(seams.Point(1, 2.5)))

@@ -437,7 +437,7 @@ def test_the_usual_epoch_loop_resumes_where_it_stopped(dr: fd.Driver) -> None:
 
 
 def test_arrow_index_with_many_chunks(dr: fd.Driver, monkeypatch: pytest.MonkeyPatch) -> None:
-    import flowdata.run.source as index_module
+    import flowdata.run.sources.adapters as index_module
 
     monkeypatch.setattr(index_module, "_BATCH", 7)  # many record batches, as past 65,536 items
     ds = dr.dataset(["path", "label"], inputs={"n": 50})

@@ -30,20 +30,20 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from flowdata.cache import PassCache
+from flowdata.run.caching.passcache import PassCache
 from flowdata.errors import InputError
 from flowdata.node import Role
 from flowdata.report import Report
 from flowdata.run.batches import BatchStep
-from flowdata.run.cache import ReductionCache
+from flowdata.run.caching.keys import ReductionCache
 from flowdata.run.executors import Executor, InlineExecutor, ProcessExecutor, resolve_executor
 from flowdata.run.kernel import PassSpec
 from flowdata.run.passes import Engine, Recorder, on_error_mode
 from flowdata.run.scheduler import Run
-from flowdata.run.shards import ShardedSource
-from flowdata.run.ranks import ItemsPrint, block_reprs, items_print, ranks_of
-from flowdata.run.samplecache import SampleCache
-from flowdata.run.source import IndexSource, indexed
+from flowdata.run.sources.sharded import ShardedSource
+from flowdata.run.distributed.ranks import ItemsPrint, block_reprs, items_print, ranks_of
+from flowdata.run.caching.samplecache import SampleCache
+from flowdata.run.sources.adapters import IndexSource, indexed
 from flowdata.loader.datasets import LaneDataset, PassDataset, StreamDataset
 from flowdata.loader.evening import Evening
 from flowdata.loader.dataloader import DataLoader, progress_bar

@@ -20,7 +20,7 @@ from typing import Any
 import torch
 from torch.utils.data import DataLoader as TorchDataLoader
 
-from flowdata.cache import say
+from flowdata.run.caching.passcache import say
 from flowdata.errors import FlowdataError, describe
 from flowdata.loader.accelerate import Prepared
 from flowdata.loader.datasets import BatchView, LaneDataset

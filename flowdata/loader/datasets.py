@@ -39,8 +39,8 @@ from flowdata.errors import FlowdataError, NodeError, describe, user_traceback
 from flowdata.node import Node
 from flowdata.run.kernel import ChunkResult, Failure, PassSpec, run_chunk
 from flowdata.run.passes import failure_error
-from flowdata.run.shards import ShardedSource
-from flowdata.run.source import ItemIndex, call_source
+from flowdata.run.sources.sharded import ShardedSource
+from flowdata.run.sources.adapters import ItemIndex, call_source
 from flowdata.run.worker import nodes_for
 from flowdata.loader.lanes import Lane, interleaved, lane_batches, layout
 from flowdata.loader.order import stream_batches
@@ -128,7 +128,7 @@ class PassWork:
     def _rows(self, result: ChunkResult) -> list[dict[str, Any]]:
         """One dict of outputs per sample; a failing or skipped sample raises ``SampleError``."""
         if result.notes:  # no loader around it (dataset() under a plain DataLoader): said here
-            from flowdata.cache import say
+            from flowdata.run.caching.passcache import say
 
             say(result.notes)
         failure = result.failure or (result.skipped[0] if result.skipped else None)

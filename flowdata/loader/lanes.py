@@ -1,6 +1,6 @@
 """The order of a stream in shards: lanes, each read by one consumer.
 
-A source in shards (:class:`~flowdata.run.shards.ShardedSource`, e.g. a
+A source in shards (:class:`~flowdata.run.sources.sharded.ShardedSource`, e.g. a
 ``datasets.IterableDataset``) is streamed by ``world_size x max(1, num_workers)``
 *consumers* (a DataLoader worker of one rank). At the start of an epoch the shards are put
 in order (seeded by (seed, epoch) when ``shuffle``) and dealt into one **lane** per
@@ -40,7 +40,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from flowdata.loader.order import _shuffled, cut_batches
-from flowdata.run.shards import ShardedSource
+from flowdata.run.sources.sharded import ShardedSource
 from flowdata.sample import sample_seed
 
 __all__ = ["Lane", "Slice", "lane_batches", "layout", "resumed"]

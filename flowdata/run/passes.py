@@ -27,7 +27,7 @@ from collections import deque
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, Literal
 
-from flowdata.cache import say
+from flowdata.run.caching.passcache import say
 from flowdata.discover import Program
 from flowdata.errors import InputError, NodeError, SampleError
 from flowdata.node import Node
@@ -36,11 +36,11 @@ from flowdata.run.chunking import MAX_CHUNK, ChunkSizer, chunked, chunked_keyed
 from flowdata.run.deadline import Stuck, Watch
 from flowdata.run.executors import Executor, InlineExecutor, WorkerDied
 from flowdata.run.kernel import ChunkResult, Failure, PassSpec, failure_of
-from flowdata.run.ranks import Ranks
-from flowdata.run.samplecache import SampleCache
+from flowdata.run.distributed.ranks import Ranks
+from flowdata.run.caching.samplecache import SampleCache
 from flowdata.run.sequential import SequentialStream
-from flowdata.run.shards import SHARD_STRIDE, ShardedSource
-from flowdata.run.source import IndexSource, Source
+from flowdata.run.sources.sharded import SHARD_STRIDE, ShardedSource
+from flowdata.run.sources.adapters import IndexSource, Source
 from flowdata.run.worker import PassContext, ShardRead, Task, run_task
 
 __all__ = ["Engine", "OnError", "Recorder", "failure_error", "on_error_mode"]
@@ -171,7 +171,7 @@ class Engine:
         world_size: Number of ranks.
         timeout: Seconds one node may spend on one sample (see :mod:`~flowdata.run.deadline`).
         ranks: The ranks of ``torch.distributed`` that share passes (see
-            :mod:`~flowdata.run.ranks`), or None: this process computes every pass whole.
+            :mod:`~flowdata.run.distributed.ranks`), or None: this process computes every pass whole.
         samples: The nodes whose per-sample values are cached (``cache=``), or None.
     """
 

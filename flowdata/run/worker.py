@@ -138,7 +138,7 @@ def run_shard(context: PassContext, span: tuple[int, int], read: ShardRead) -> C
     """Reads one shard and computes it in chunks sized as the engine sizes them (so memory
     stays bounded), into one result: columns and folded pieces in index order."""
     from flowdata.run.chunking import MAX_CHUNK, ChunkSizer, chunked_keyed
-    from flowdata.run.shards import ShardedSource
+    from flowdata.run.sources.sharded import ShardedSource
 
     spec = context.spec
     source = ShardedSource(context.nodes[spec.group], read.data)

@@ -9,7 +9,7 @@
   they name) for the pass cache;
 - ``shard(rank, world_size)`` gives the ``(index, item)`` pairs one of several ranks takes.
 
-The adapters (:mod:`flowdata.run.source`, :mod:`flowdata.run.shards`) import this module;
+The adapters (:mod:`flowdata.run.sources.adapters`, :mod:`flowdata.run.sources.sharded`) import this module;
 it imports none of them.
 """
 

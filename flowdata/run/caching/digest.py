@@ -12,8 +12,8 @@
   sparse ones by their indices and values); torch modules by each submodule's class,
   settings, parameters and buffers;
 - functions, classes and ``functools`` wrappers by their code and everything it reaches
-  (the ``code_key`` given, :func:`flowdata.fingerprint.code_key` by
-  :func:`flowdata.fingerprint.digest`; a wrapper through ``__wrapped__``). The two keys
+  (the ``code_key`` given, :func:`flowdata.run.caching.fingerprint.code_key` by
+  :func:`flowdata.run.caching.fingerprint.digest`; a wrapper through ``__wrapped__``). The two keys
   call each other -- code reaches constants, a value holds functions -- so the code key
   is handed to this module, which imports nothing of flowdata's;
 - dataclasses (such as ``Stats`` and ``Vocab``) field by field, and any other object
@@ -43,7 +43,7 @@ from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
 
-from flowdata.installed import is_user_module, package_version
+from flowdata.run.caching.installed import is_user_module, package_version
 
 __all__ = ["Unseen", "class_key", "digest_with", "is_code", "reading"]
 

@@ -2,7 +2,7 @@
 by version.
 
 A *user module* is one whose file lies outside the interpreter's installation (the standard
-library and site-packages): its code is read into keys (:mod:`flowdata.fingerprint`).
+library and site-packages): its code is read into keys (:mod:`flowdata.run.caching.fingerprint`).
 Anything installed -- flowdata itself included -- is keyed by its package's version.
 """
 

@@ -8,11 +8,11 @@ under the same *key*. The key is a SHA-256 over:
   time (so editing a file changes the key; its contents are not read);
 - the **code** of every node the pass runs and of **everything it reaches** -- module-level
   constants, functions and classes of the user's own modules, transitively; installed
-  libraries by version (see :mod:`flowdata.fingerprint`) -- with each reducer's class and
+  libraries by version (see :mod:`flowdata.run.caching.fingerprint`) -- with each reducer's class and
   options;
 - the **whole values** the pass reads (inputs, once nodes, earlier Collect results), the
   graph's **config**, and the files they name, each digested by its state
-  (:func:`flowdata.digest.digest`: arrays by dtype, shape and bytes; torch modules by their
+  (:func:`flowdata.run.caching.digest.digest`: arrays by dtype, shape and bytes; torch modules by their
   classes, settings and tensors; dataclasses and other objects through their attributes);
   and the versions of flowdata, numpy and torch.
 
@@ -39,7 +39,7 @@ import tempfile
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from flowdata.fingerprint import digest
+from flowdata.run.caching.fingerprint import digest
 from flowdata.run.writers import tag
 
 __all__ = ["Note", "PassCache", "digest", "fingerprint_items", "say", "unwritable"]
@@ -51,7 +51,7 @@ _VERSION = 1
 
 def fingerprint_items(items: Iterable[Any]) -> tuple[str, int]:
     """(SHA-256, count) of a source's items; files named in them add size and mtime."""
-    from flowdata.fingerprint import file_stats
+    from flowdata.run.caching.fingerprint import file_stats
 
     h = hashlib.sha256()
     n = 0

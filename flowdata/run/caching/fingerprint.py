@@ -3,7 +3,7 @@
 :func:`code_key` digests a function's source text and, following the global names its code
 reads (in nested functions, comprehensions and lambdas too):
 
-- **module-level objects** it reads, by their state (:func:`flowdata.digest.digest`):
+- **module-level objects** it reads, by their state (:func:`flowdata.run.caching.digest.digest`):
   numbers, strings, enums, tuples, arrays and tensors by value; torch modules by their
   parameters, buffers and settings (weights loaded into a module-level encoder change the
   key); instances and dataclasses through their attributes. A module-level ``list``,
@@ -25,7 +25,7 @@ standard library and site-packages). What the key cannot see: code reached throu
 ``getattr`` with a computed name, ``eval``/``exec``, and a data file rewritten with the
 same size and modification time. An object whose state cannot be read at all -- an open
 file, a lock, a connection, a compiled function of the user's own -- raises
-:class:`~flowdata.digest.Unseen` naming it and the function that reaches it.
+:class:`~flowdata.run.caching.digest.Unseen` naming it and the function that reaches it.
 
 :func:`file_stats` finds every string, anywhere in a value (nested lists, tuples and dicts
 included), that names an existing file, with its size and modification time.
@@ -45,8 +45,8 @@ import types
 from collections.abc import Iterator
 from typing import Any
 
-from flowdata.digest import Unseen, digest_with, is_code, reading
-from flowdata.installed import is_user_module, package_version
+from flowdata.run.caching.digest import Unseen, digest_with, is_code, reading
+from flowdata.run.caching.installed import is_user_module, package_version
 
 __all__ = ["code_key", "digest", "file_stats", "is_user_module", "package_version"]
 
@@ -60,7 +60,7 @@ def code_key(fn: Any) -> str:
     """A SHA-256 of ``fn``'s code and of everything it reaches (see the module docstring).
 
     Raises:
-        flowdata.digest.Unseen: it reaches an object whose state cannot be read (an open
+        flowdata.run.caching.digest.Unseen: it reaches an object whose state cannot be read (an open
             file, a lock, a compiled function of the user's own), named with where it is.
     """
     with reading() as ctx:
@@ -74,11 +74,11 @@ def code_key(fn: Any) -> str:
 
 
 def digest(value: Any) -> str:
-    """A stable SHA-256 of ``value`` by content (:func:`flowdata.digest.digest_with`), the
+    """A stable SHA-256 of ``value`` by content (:func:`flowdata.run.caching.digest.digest_with`), the
     functions and classes in it by :func:`code_key`.
 
     Raises:
-        flowdata.digest.Unseen: ``value`` holds an object whose state cannot be read.
+        flowdata.run.caching.digest.Unseen: ``value`` holds an object whose state cannot be read.
     """
     return digest_with(value, code_key)
 

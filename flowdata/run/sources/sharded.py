@@ -143,7 +143,7 @@ class ShardedSource:
 
     def fingerprint(self) -> tuple[str, int]:
         """(digest, count) of the items (reads them once)."""
-        from flowdata.cache import fingerprint_items
+        from flowdata.run.caching.passcache import fingerprint_items
 
         return fingerprint_items(self.open())
 
@@ -179,7 +179,7 @@ class DatasetIndex:
         """(digest, count): the dataset's ``_fingerprint``, and the files its string columns name."""
         import hashlib
 
-        from flowdata.fingerprint import file_stats
+        from flowdata.run.caching.fingerprint import file_stats
 
         h = hashlib.sha256(f"datasets:{self.dataset._fingerprint}:{len(self.dataset)}".encode())
         table = self.dataset.data

@@ -14,8 +14,8 @@ A group's samples come from a :class:`Source`:
 Adapters: :class:`IndexSource` over a sized, indexable object returned by the source
 function (a list: :class:`SequenceIndex`, used as it is; an Arrow table or a pandas
 DataFrame, one dict per row: :class:`TableIndex`; a
-``datasets.Dataset``: :class:`~flowdata.run.shards.DatasetIndex`) or over an Arrow index
-(:class:`ArrowIndex`); :class:`~flowdata.run.shards.ShardedSource` over an iterable in
+``datasets.Dataset``: :class:`~flowdata.run.sources.sharded.DatasetIndex`) or over an Arrow index
+(:class:`ArrowIndex`); :class:`~flowdata.run.sources.sharded.ShardedSource` over an iterable in
 shards (a ``datasets.IterableDataset``), whose ``keyed()`` gives each item with its own
 sample index; :class:`IterableSource` over anything else (a generator), which is read once -- :func:`indexed` stores its items in an
 Arrow IPC file that every worker memory-maps, so a worker's private memory does not grow
@@ -249,7 +249,7 @@ class IndexSource:
 
     def fingerprint(self) -> tuple[str, int]:
         """(digest, count) of the items (the index's own, when it has one)."""
-        from flowdata.cache import fingerprint_items
+        from flowdata.run.caching.passcache import fingerprint_items
 
         own = getattr(self.items, "fingerprint", None)
         return own() if own is not None else fingerprint_items(self.open())
@@ -288,7 +288,7 @@ class IterableSource:
 
     def fingerprint(self) -> tuple[str, int]:
         """(digest, count) of the items (reads them)."""
-        from flowdata.cache import fingerprint_items
+        from flowdata.run.caching.passcache import fingerprint_items
 
         return fingerprint_items(self.open())
 
@@ -312,10 +312,10 @@ def call_source(node: Node, kwargs: dict[str, Any]) -> Source:
 
 def as_source(node: Node, value: Any) -> Source:
     """The source adapter for what ``node``'s function returned: a ``datasets.Dataset``
-    (:class:`~flowdata.run.shards.DatasetIndex`) or another sized, indexable object is the
-    index; an iterable in shards is a :class:`~flowdata.run.shards.ShardedSource`; any
+    (:class:`~flowdata.run.sources.sharded.DatasetIndex`) or another sized, indexable object is the
+    index; an iterable in shards is a :class:`~flowdata.run.sources.sharded.ShardedSource`; any
     other iterable is read once, in order."""
-    from flowdata.run.shards import DatasetIndex, ShardedSource, is_hf_dataset, is_sharded
+    from flowdata.run.sources.sharded import DatasetIndex, ShardedSource, is_hf_dataset, is_sharded
 
     if is_hf_dataset(value):
         return IndexSource(node, DatasetIndex(value))
@@ -351,10 +351,10 @@ def _write_index(items: Iterable[Any], directory: str | None, name: str) -> Item
     next run. A place that cannot take the file (read-only, a full disk, a file in the
     way) loses nothing: the part written is read back from the file, which is removed,
     and the write goes on at the next place -- the source is read once. A ``cache_dir``
-    that cannot be written gives its one warning (:func:`flowdata.cache.unwritable`); an
+    that cannot be written gives its one warning (:func:`flowdata.run.caching.passcache.unwritable`); an
     index kept in memory (no folder took it) gives one naming the temporary folder.
     """
-    from flowdata.cache import say, unwritable
+    from flowdata.run.caching.passcache import say, unwritable
 
     made = _Batches(iter(items), name)
     batches: Iterator[Any] = iter(made)
@@ -501,7 +501,7 @@ def _into_place(written: str, folder: str, name: str) -> str:
         try:
             same = _file_digest(path) == digest
         except NotAFile as exc:
-            from flowdata.cache import say
+            from flowdata.run.caching.passcache import say
 
             say([("flowdata.cache", f"foreign:{path}",
                   f"{exc}, where the index of source '{name}' goes: it is left alone, and the index is read "
@@ -544,7 +544,7 @@ def _sweep(directory: str) -> None:
     """Removes the index files being written in ``directory`` (a ``cache_dir``) whose writer
     is gone (killed while writing: :func:`flowdata.run.writers.gone`); a warning says how
     many and how many bytes."""
-    from flowdata.cache import say
+    from flowdata.run.caching.passcache import say
 
     files = size = 0
     try:

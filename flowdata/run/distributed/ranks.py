@@ -55,7 +55,7 @@ from typing import Any, TypeVar
 
 from flowdata.errors import FlowdataError, RankError, describe
 from flowdata.reduce import BLOCK
-from flowdata.run.samplestore import decode_value, encode_value
+from flowdata.run.caching.store import decode_value, encode_value
 
 __all__ = ["ItemsPrint", "PeerStopped", "Ranks", "items_print", "ranks_of", "skips_payload", "step_group"]
 
