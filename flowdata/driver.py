@@ -24,7 +24,7 @@ from flowdata.errors import (
 from flowdata.graph import Graph
 from flowdata.node import Node, Role
 from flowdata.plan import Analysis, Plan, analyze, make_plan
-from flowdata.report import Report
+from flowdata.report import Report, check_max_skipped
 from flowdata.spelling import near, plural_pair
 from flowdata.typecheck import check_edges, check_reductions
 
@@ -339,6 +339,7 @@ class Driver:
 
         mode = on_error_mode(on_error)
         seconds = check_timeout(timeout)
+        check_max_skipped(max_skipped)
         if chunk_size is not None and (not isinstance(chunk_size, int) or isinstance(chunk_size, bool) or chunk_size < 1):
             raise InputError(f"chunk_size={chunk_size!r}: expected a positive int, or None to adapt")
         if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 1:
@@ -349,13 +350,14 @@ class Driver:
         self._check_source_overrides(outputs, {k: values[k] for k in replaced})
         self._warn_unread(inputs or {})
         plan = make_plan(self.graph, self.analysis, outputs, set(values), replaced, allow_per_sample=False)
+        samples = self._sample_cache(cache, cache_dir, cache_max_bytes)  # checks cache_dir first
         if report is None:
             report = Report()
         report.max_skipped = max_skipped
         return scheduler.execute(
             self.graph, self.analysis, self.program, plan, values, executor=executor, chunk_size=chunk_size,
             cache_dir=os.fspath(cache_dir) if cache_dir is not None else None, on_error=mode, report=report,
-            timeout=seconds, samples=self._sample_cache(cache, cache_dir, cache_max_bytes), batch_size=batch_size,
+            timeout=seconds, samples=samples, batch_size=batch_size,
         )
 
     def _sample_cache(self, cache: Iterable[str] | None, cache_dir: str | os.PathLike[str] | None,
@@ -363,6 +365,9 @@ class Driver:
         """``cache=`` checked against the graph (None when no node is named)."""
         from flowdata.run.samplecache import SampleCache
 
+        # Checked here, where every call (execute, dataset, dataloader, run_sample) passes it.
+        if cache_dir is not None and not isinstance(cache_dir, (str, os.PathLike)):
+            raise InputError(f"cache_dir={cache_dir!r}: expected a folder's path (a str or os.PathLike), or None")
         names = [cache] if isinstance(cache, str) else list(cache or ())
         if not names:
             return None
@@ -613,7 +618,8 @@ def _ranks(rank: int | None, world_size: int | None) -> tuple[int, int]:
         if dist.is_available() and dist.is_initialized():
             rank = dist.get_rank() if rank is None else rank
             world_size = dist.get_world_size() if world_size is None else world_size
-    return (rank or 0), (world_size or 1)
+    # Only None falls back: world_size=0 is refused with the other bad values, not made 1.
+    return (0 if rank is None else rank), (1 if world_size is None else world_size)
 
 
 def _render(dot: Any, path: str, format: str | None) -> None:

@@ -31,10 +31,10 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from flowdata.cache import PassCache
-from flowdata.errors import InputError
+from flowdata.errors import InputError, check_rank, expect_int
 from flowdata.node import Role
 from flowdata.plan import make_plan
-from flowdata.report import Report
+from flowdata.report import Report, check_max_skipped
 from flowdata.run.batches import BatchStep
 from flowdata.run.cache import ReductionCache
 from flowdata.run.executors import Executor, InlineExecutor, ProcessExecutor, resolve_executor
@@ -81,6 +81,20 @@ class LoaderOptions:
     executor: object = None
     timeout: float | None = None
     samples: SampleCache | None = None
+
+
+def _check(options: LoaderOptions) -> None:
+    """The arguments of ``dataloader()`` and ``dataset()``, refused (``InputError``) before
+    anything runs, as ``execute()`` refuses its own: nothing is computed for a call that would
+    fail later, in a worker, or with torch's own class of error."""
+    on_error_mode(options.on_error)
+    check_max_skipped(options.max_skipped)
+    expect_int("batch_size", options.batch_size, least=1, meaning="samples per batch")
+    expect_int("num_workers", options.num_workers, least=0,
+               meaning="DataLoader worker processes; 0 computes the batches in this process")
+    expect_int("shuffle_buffer", options.shuffle_buffer, least=1,
+               meaning="items a stream's shuffle buffer holds; 1 keeps the stream's order")
+    check_rank(options.rank, options.world_size)
 
 
 def _statistics_executor(options: LoaderOptions) -> tuple[Executor, bool]:
@@ -153,6 +167,7 @@ def build_dataset(
     the recorder (report and skips) the loader goes on with, and the batch nodes to compute
     on each collated batch (None when the outputs hold none; refused unless ``batches``).
     """
+    _check(options)
     outputs = tuple(outputs)
     on_error = on_error_mode(options.on_error)
     values = driver._values(inputs, None)

@@ -21,7 +21,7 @@ import torch
 from torch.utils.data import DataLoader as TorchDataLoader
 
 from flowdata.cache import say
-from flowdata.errors import FlowdataError, describe
+from flowdata.errors import FlowdataError, WorkerDied, describe
 from flowdata.loader.accelerate import Prepared
 from flowdata.loader.datasets import BatchView, LaneDataset
 from flowdata.loader.evening import Evening
@@ -386,7 +386,8 @@ class DataLoader(TorchDataLoader):  # type: ignore[type-arg]
             held = self.flow_sampler.batches()[self._served : self._served + ahead]
             held_batches = f"{self._served}..{self._served + len(held) - 1}"
             samples = f" (samples {_ranges(sorted(i for b in held for i in b))})"
-        return FlowdataError(
+        # The class execute() raises for a dead pool worker: one except clause catches both.
+        return WorkerDied(
             f"a DataLoader worker died ({describe(exc)}) while the loader waited for batch "
             f"{self._served} of epoch {self._epoch}; the workers held batches {held_batches}{samples}\n"
             "  fix: check memory use or native crashes in those samples' nodes; "

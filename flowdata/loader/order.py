@@ -23,7 +23,7 @@ import torch
 from torch.utils.data import Sampler
 from torch.utils.data.distributed import DistributedSampler
 
-from flowdata.errors import FlowdataError
+from flowdata.errors import check_rank, expect_int
 from flowdata.sample import sample_seed
 
 __all__ = ["EpochBatches", "EpochSampler", "cut_batches", "stream_batches"]
@@ -74,10 +74,8 @@ class EpochBatches(Sampler[list[int]]):
         drop_last: bool = False,
         even: bool = True,
     ):
-        if batch_size < 1:
-            raise FlowdataError(f"batch_size={batch_size}: expected a positive number")
-        if not 0 <= rank < world_size:
-            raise FlowdataError(f"rank={rank} is not in range for world_size={world_size}")
+        expect_int("batch_size", batch_size, least=1, meaning="samples per batch")
+        check_rank(rank, world_size)
         self.indices = torch.as_tensor(list(indices), dtype=torch.int64)
         self._contiguous = bool(torch.equal(self.indices, torch.arange(len(self.indices))))
         self.batch_size = batch_size
