@@ -246,11 +246,27 @@ def _flowdata_error_classes() -> set[type[BaseException]]:
     return found
 
 
-def _tree(text: str) -> list[str]:
-    """The class names drawn in a tree (lines of box-drawing characters and names)."""
+_DRAWN = re.compile(r"^(?P<lead>[ │]*(?:[├└]── )?)(?P<name>[A-Z]\w+)\b(?!')")
+
+
+def _drawn(text: str) -> list[tuple[int, str]]:
+    """The classes drawn in a tree, with the column each name starts at: a name starts a
+    line at the tree's left edge or follows a branch (``├── ``); the lines that go on a
+    description start with ``│`` or spaces only, past the edge."""
     start = text.index("FlowdataError ")
-    block = text[start : text.index("\n\n", text.index("UnreadInputWarning", start))]
-    return re.findall(r"^[\s│├└─]*([A-Z]\w+)", block, flags=re.M)
+    edge = start - (text.rindex("\n", 0, start) + 1)
+    block = text[start - edge : text.index("\n\n", text.index("UnreadInputWarning", start))]
+    found = []
+    for line in block.splitlines():
+        m = _DRAWN.match(line)
+        if m is not None and (m.group("lead").endswith("── ") or len(m.group("lead")) == edge):
+            found.append((len(m.group("lead")), m.group("name")))
+    return found
+
+
+def _tree(text: str) -> list[str]:
+    """The class names drawn in a tree."""
+    return [name for _, name in _drawn(text)]
 
 
 def test_every_flowdata_error_is_defined_in_errors_and_drawn_in_its_tree() -> None:
@@ -271,17 +287,12 @@ def test_every_flowdata_error_is_defined_in_errors_and_drawn_in_its_tree() -> No
 def test_the_tree_draws_each_class_under_its_base() -> None:
     """The indentation of the drawn tree is the class hierarchy (``SampleError`` under
     ``NodeError``, everything else right under ``FlowdataError``)."""
-    text = errors.__doc__ or ""
-    block = text[text.index("FlowdataError ") : text.index("UnreadInputWarning")]
-    parents: dict[int, str] = {}
-    for line in block.splitlines():
-        m = re.match(r"^(\s*[│├└─ ]*?)([A-Z]\w+)", line)
-        if m is None:
-            continue
-        depth = len(m.group(1))
-        parents[depth] = m.group(2)
-        above = [d for d in parents if d < depth]
-        if above:
-            base = getattr(errors, parents[max(above)])
-            assert issubclass(getattr(errors, m.group(2)), base), (m.group(2), base)
-            assert getattr(errors, m.group(2)).__bases__[0] is base, m.group(2)
+    for text in (errors.__doc__ or "", (Path(__file__).parents[1] / "docs" / "errors.md").read_text()):
+        parents: dict[int, str] = {}
+        for depth, name in _drawn(text):
+            parents = {d: n for d, n in parents.items() if d < depth}
+            cls = getattr(errors, name)
+            if parents and not issubclass(cls, Warning):
+                base = getattr(errors, parents[max(parents)])
+                assert cls.__bases__[0] is base, (name, base)
+            parents[depth] = name
