@@ -329,9 +329,12 @@ class Driver:
                 each batch.
 
         Raises:
-            InputError: unknown output, missing input, or a per-sample output.
-            SampleError: a per-sample node raised.
+            InputError: unknown output, missing input, a per-sample output, or an argument
+                with a value it cannot take (before anything runs).
+            SampleError: a per-sample node raised (or ran past ``timeout``).
             NodeError: a once or Collect node raised.
+            TooManySkipped: more samples skipped than ``max_skipped``.
+            WorkerDied: a worker process of the executor died.
         """
         from flowdata.run import scheduler
         from flowdata.run.deadline import check_timeout
@@ -483,6 +486,10 @@ class Driver:
         batches of the same sizes by repeating a few samples (``loader.padding(b)`` counts
         them in batch ``b``); ``even_batches=False`` deals every sample exactly once,
         unevenly. See docs/training.md.
+
+        Faults raise what ``execute()`` raises for them (docs/errors.md has the table): an
+        ``InputError`` for a bad argument, before the statistics pass; a ``WorkerDied`` for a
+        DataLoader worker that dies while the loader is iterated.
         """
         from flowdata.loader.build import LoaderOptions, build_loader
         from flowdata.run.deadline import check_timeout
