@@ -8,7 +8,7 @@ worker sends back), ``datasets`` (the torch datasets running the engine's kernel
 
 from flowdata.loader.dataloader import DataLoader
 from flowdata.loader.datasets import LaneDataset, PassDataset, StreamDataset
-from flowdata.loader.order import EpochBatches
+from flowdata.loader.order import EpochBatches, EpochOrder
 from flowdata.loader.wire import Batch
 
-__all__ = ["Batch", "DataLoader", "EpochBatches", "LaneDataset", "PassDataset", "StreamDataset"]
+__all__ = ["Batch", "DataLoader", "EpochBatches", "EpochOrder", "LaneDataset", "PassDataset", "StreamDataset"]
