@@ -119,27 +119,27 @@ KINDS = [
 KIND = {k.name: k for k in KINDS}
 
 
-def deal(order: list[int], rank: int, world_size: int, batch: int, *, streaming: bool) -> list[list[int]]:
-    """A rank's batches of an epoch with even batches, as docs/training.md deals them.
+def deal(order: list[int], rank: int, world_size: int, batch: int, *, streaming: bool) -> list[tuple[list[int], int]]:
+    """A rank's batches of an epoch with even batches, each with its padding, as
+    docs/training.md deals them.
 
     Full rounds of ``batch x world_size``: an indexed loader deals positions in turn (rank
     ``r`` takes ``r, r + world_size, ...``, "Ranks: even batches"); a stream cuts
     consecutive items into global batches and gives batch ``b`` to rank
     ``b % world_size`` ("Streaming"). The last, partial round is cut into ``world_size``
-    runs of ``ceil(T / world_size)``; runs past the end repeat the epoch's first samples.
+    runs of ``ceil(T / world_size)``; runs past the end repeat the epoch's first samples
+    (the padding, counted per batch).
     """
     size = batch * world_size
     full = len(order) // size * size
-    mine: list[list[int]] = []
+    mine: list[tuple[list[int], int]] = []
     for start in range(0, full, size):
         chunk = order[start:start + size]
-        if streaming:
-            mine.append(chunk[rank * batch:(rank + 1) * batch])
-        else:
-            mine.append(chunk[rank::world_size])
+        mine.append((chunk[rank * batch:(rank + 1) * batch] if streaming else chunk[rank::world_size], 0))
     tail = len(order) - full
     if tail:
         run = math.ceil(tail / world_size)
         first = full + rank * run
-        mine.append([order[p % len(order)] for p in range(first, first + run)])
+        positions = range(first, first + run)
+        mine.append(([order[p % len(order)] for p in positions], sum(p >= len(order) for p in positions)))
     return mine
