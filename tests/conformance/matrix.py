@@ -78,8 +78,9 @@ def skips(report: fd.Report) -> list[tuple[Any, ...]]:
     return [(s.index, s.item, s.node, s.error, s.group, s.pass_) for s in report.skipped]
 
 
-def loader(kind: SourceKind, executor: Any, workers: int, rank: int = 0, world_size: int = 1,
+def loader(kind: SourceKind, executor: Any, workers: int, rank: int | None = 0, world_size: int | None = 1,
            cache_dir: Path | None = None) -> Any:
+    """The row's loader; ``rank=None, world_size=None`` reads them from torch.distributed."""
     cached: dict[str, Any] = {"cache_dir": cache_dir, "cache": CACHED} if cache_dir is not None else {}
     return driver(kind.name).dataloader(
         OUTPUTS, inputs=kind.inputs(), batch_size=BATCH, num_workers=workers, on_error="skip", executor=executor,

@@ -16,7 +16,12 @@ checks this. Then the rows for the seams of issue 26, each saying which.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
+import json
+import os
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -24,8 +29,10 @@ from typing import Any
 import pytest
 
 import flowdata as fd
-from tests.conformance.kinds import KINDS
+from tests.conformance.kinds import BATCH, KIND, KINDS, deal, survivors
 from tests.conformance.matrix import Row, check_reference, run_row
+
+ROOT = Path(__file__).resolve().parents[2]
 
 pytestmark = pytest.mark.filterwarnings("ignore:This DataLoader will create")
 
@@ -87,3 +94,51 @@ def test_the_inline_reference_agrees_with_plain_python(kind: str) -> None:
 def test_a_combination_agrees_with_inline(row: Row, tmp_path: Path, request: pytest.FixtureRequest) -> None:
     executor = request.getfixturevalue("pool") if row.executor == P else row.executor
     run_row(row, tmp_path, executor)
+
+
+# Real ranks: 2 processes in a gloo process group (tests/conformance/dist_main.py), rank and
+# world size read from torch.distributed, so the statistics pass is shared and a stream in
+# shards is evened out as it goes. One launcher process runs every row (torch imported once).
+DIST = [
+    Row("list",            I, 0, 2, False, True),
+    Row("generator",       P, 0, 2, True,  False),
+    Row("stream",          I, 2, 2, False, False),
+    Row("sharded",         I, 2, 2, True,  True),
+    Row("hf_dataset",      P, 2, 2, False, True),
+]
+
+
+@pytest.fixture(scope="module")
+def launched(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("dist")
+    rows = root / "rows.json"
+    rows.write_text(json.dumps([dataclasses.asdict(r) for r in DIST]))
+    done = subprocess.run([sys.executable, "-m", "tests.conformance.dist_main", str(root), str(rows)], cwd=ROOT,
+                          capture_output=True, text=True, timeout=600,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert done.returncode == 0, done.stderr[-3000:]
+    return root
+
+
+@pytest.mark.procs
+@pytest.mark.dist
+@pytest.mark.parametrize("row", [pytest.param(r, id=r.id) for r in DIST])
+def test_a_combination_under_torch_distributed_agrees_with_inline(row: Row, launched: Path) -> None:
+    ranks = []
+    for r in range(row.ranks):
+        file = launched / row.id / f"rank{r}.json"
+        log = launched / row.id / f"rank{r}.log"
+        assert file.exists(), f"rank {r} wrote nothing:\n{log.read_text(errors='replace')[-3000:] if log.exists() else ''}"
+        got = json.loads(file.read_text())
+        assert "error" not in got, f"rank {r}: {got.get('traceback', '')}"
+        ranks.append(got)
+    delivered = [s[0] for got in ranks for b, pad in zip(got["batches"], got["padding"], strict=True)
+                 for s in b[:len(b) - pad]]
+    assert sorted(delivered) == survivors(), "not every surviving row exactly once across the ranks"
+    # even batches, streams in shards included: every rank the same number of batches of the same sizes
+    assert len({tuple(len(b) for b in got["batches"]) for got in ranks}) == 1
+    if not KIND[row.kind].lanes:
+        for r, got in enumerate(ranks):
+            want = deal(survivors(), r, row.ranks, BATCH, streaming=not KIND[row.kind].indexed)
+            assert [[s[0] for s in b] for b in got["batches"]] == [b for b, _ in want]
+            assert got["padding"] == [p for _, p in want]

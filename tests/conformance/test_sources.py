@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -78,6 +79,7 @@ def test_the_same_data_is_a_pass_cache_hit_and_changed_data_a_miss(kind: SourceK
     assert float(other.mean) != float(cold.mean)
 
 
+@pytest.mark.procs
 def test_fingerprints_are_stable_across_processes(tmp_path: Path) -> None:
     # Issue 26: the pass cache over a datasets.IterableDataset hit only within one process.
     # Every kind fills its own cache_dir here, and one new process asks each again.
@@ -96,7 +98,7 @@ for kind in KINDS:
 print(json.dumps(seen))
 """
     done = subprocess.run([sys.executable, "-c", script, str(tmp_path)], cwd=ROOT, capture_output=True, text=True,
-                          timeout=300, env={**__import__("os").environ, "PYTHONPATH": str(ROOT)})
+                          timeout=300, env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert done.returncode == 0, done.stderr[-3000:]
     seen = json.loads(done.stdout.strip().splitlines()[-1])
     want = {k.name: 0 if k.pass_cached else N for k in KINDS}
