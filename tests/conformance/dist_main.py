@@ -51,7 +51,7 @@ def rank_main(row: Row, rank: int, port: int, out: Path) -> None:
         cache_dir = out / "cache" if row.cache else None
 
         def make() -> Any:
-            return matrix.loader(kind, executor, row.workers, None, None, cache_dir)
+            return matrix.loader(kind, executor, row.workers, None, None, cache_dir, row.shuffle)
 
         first = matrix.epoch(make())
         matrix._check_loader(first, stats, skipped, values, f"rank {rank}")
@@ -77,6 +77,7 @@ def rank_main(row: Row, rank: int, port: int, out: Path) -> None:
 def main(root: Path, rows: list[Row]) -> None:
     for row in rows:
         matrix.reference(row.kind)  # computed once here, inherited by the forked ranks
+        matrix.order(row.kind, row.shuffle)
         out = root / row.id
         out.mkdir(parents=True, exist_ok=True)
         port = _port()

@@ -50,11 +50,13 @@ class Row:
     ranks: int
     cache: bool
     resume: bool
+    shuffle: bool = False
 
     @property
     def id(self) -> str:
         return (f"{self.kind}-{self.executor}-w{self.workers}-r{self.ranks}"
-                f"-{'cache' if self.cache else 'nocache'}-{'resume' if self.resume else 'once'}")
+                f"-{'cache' if self.cache else 'nocache'}-{'resume' if self.resume else 'once'}"
+                f"{'-shuffle' if self.shuffle else ''}")
 
 
 @dataclass
@@ -79,12 +81,15 @@ def skips(report: fd.Report) -> list[tuple[Any, ...]]:
 
 
 def loader(kind: SourceKind, executor: Any, workers: int, rank: int | None = 0, world_size: int | None = 1,
-           cache_dir: Path | None = None) -> Any:
-    """The row's loader; ``rank=None, world_size=None`` reads them from torch.distributed."""
+           cache_dir: Path | None = None, shuffle: bool = False) -> Any:
+    """The row's loader; ``rank=None, world_size=None`` reads them from torch.distributed.
+
+    A shuffle buffer of 8 rows (of 23): a stream's order depends on it.
+    """
     cached: dict[str, Any] = {"cache_dir": cache_dir, "cache": CACHED} if cache_dir is not None else {}
     return driver(kind.name).dataloader(
         OUTPUTS, inputs=kind.inputs(), batch_size=BATCH, num_workers=workers, on_error="skip", executor=executor,
-        rank=rank, world_size=world_size, **cached, **kind.options)
+        rank=rank, world_size=world_size, shuffle=shuffle, shuffle_buffer=8, seed=0, **cached, **kind.options)
 
 
 def epoch(ld: Any, state: dict[str, Any] | None = None) -> Epoch:
@@ -117,9 +122,20 @@ def reference(name: str) -> tuple[dict[int, Sample], bytes, tuple[tuple[Any, ...
 
 
 @cache
-def lane_batches(name: str, workers: int, world_size: int) -> tuple[tuple[tuple[int, ...], ...], ...]:
+def order(name: str, shuffle: bool) -> tuple[int, ...]:
+    """The epoch's order: the keys of the inline run (no workers, one rank), batch after batch.
+
+    Shuffled, it is the permutation (an index) or the shuffle buffer's order (a stream) that
+    every rank and worker count must deal as docs/training.md says.
+    """
+    return tuple(s[0] for b in epoch(loader(KIND[name], "inline", 0, shuffle=shuffle)).batches for s in b)
+
+
+@cache
+def lane_batches(name: str, workers: int, world_size: int, shuffle: bool) -> tuple[tuple[tuple[int, ...], ...], ...]:
     """Per rank, the keys of each batch of the inline loader at this ``world_size x num_workers``."""
-    return tuple(tuple(tuple(s[0] for s in b) for b in epoch(loader(KIND[name], "inline", workers, r, world_size)).batches)
+    return tuple(tuple(tuple(s[0] for s in b)
+                       for b in epoch(loader(KIND[name], "inline", workers, r, world_size, shuffle=shuffle)).batches)
                  for r in range(world_size))
 
 
@@ -133,6 +149,8 @@ def check_reference(name: str) -> None:
     for key, centered, out in values.values():
         assert math.isclose(float.fromhex(centered), key * SCALE + OFFSET - mean, abs_tol=1e-6)
         assert 0 <= float.fromhex(out) - float.fromhex(centered) < 1
+    assert list(order(name, False)) == alive, "unshuffled, the epoch is not in sample order"
+    assert sorted(order(name, True)) == alive and list(order(name, True)) != alive
     run = driver(name).execute(["value_stats"], inputs=kind.inputs(), on_error="skip")
     assert stats_bytes(run["value_stats"]) == stats, "the loader's statistics differ from execute()'s"
     assert [(s[1], s[2], s[5]) for s in skipped] == [(f"{{'x': {b}}}", "value", 1) for b in (5, 17)]
@@ -145,7 +163,7 @@ def run_row(row: Row, tmp_path: Path, executor: Any) -> None:
     epochs = []
     for rank in range(row.ranks):
         def make() -> Any:
-            return loader(kind, executor, row.workers, rank, row.ranks, cache_dir)
+            return loader(kind, executor, row.workers, rank, row.ranks, cache_dir, row.shuffle)
 
         first = epoch(make())
         _check_loader(first, stats, skipped, values, f"rank {rank}")
@@ -174,11 +192,11 @@ def run_row(row: Row, tmp_path: Path, executor: Any) -> None:
     for rank, ep in enumerate(epochs):
         keys = [[s[0] for s in b] for b in ep.batches]
         if kind.lanes:
-            assert keys == [list(b) for b in lane_batches(row.kind, row.workers, row.ranks)[rank]]
+            assert keys == [list(b) for b in lane_batches(row.kind, row.workers, row.ranks, row.shuffle)[rank]]
             if row.ranks == 1 and row.workers == 0:
-                assert keys == [b for b, _ in deal(survivors(), 0, 1, BATCH, streaming=True)]
+                assert keys == [b for b, _ in deal(list(order(row.kind, row.shuffle)), 0, 1, BATCH, streaming=True)]
         else:
-            want = deal(survivors(), rank, row.ranks, BATCH, streaming=not kind.indexed)
+            want = deal(list(order(row.kind, row.shuffle)), rank, row.ranks, BATCH, streaming=not kind.indexed)
             assert keys == [b for b, _ in want], f"rank {rank}: batches other than the documented deal"
             assert ep.padding == [p for _, p in want], f"rank {rank}: padding other than the documented deal"
     if not kind.lanes:  # even batches: every rank the same number of batches of the same sizes

@@ -5,13 +5,14 @@ checks it against the oracles listed in :mod:`tests.conformance.matrix` (exactly
 documented batches, bitwise statistics and values, skips agreed, warm caches, resume at
 every batch boundary). Ray rows are in ``test_combinations_ray.py`` (the Ray stage).
 
-How the rows were chosen. The full product (8 kinds x 2^5) is 256 rows, too slow; the
-table is a covering design: every pair of values of any two axes appears in some row.
-Each kind has two rows whose binary axes are complements (so each kind meets both values
-of every other axis), and the seven "base" vectors (executor, workers, ranks, cache,
-resume) were picked so that every pair of binary axes is equal in one base and differs in
-another (then the complements give all four value pairs); ``test_the_table_covers_every_pair``
-checks this. Then the rows for the seams of issue 26, each saying which.
+How the rows were chosen. The full product (7 kinds x 2^6, shuffle added to the axes of
+issue 27) is 448 rows, too slow; the table is a covering design: every pair of values of
+any two axes appears in some row (14 rows, the least for 7 kinds x 2). Each kind has two
+rows whose binary axes are complements (so each kind meets both values of every other
+axis), and the seven "base" rows (the inline ones) were picked so that every pair of
+binary axes is equal in one base and differs in another (then the complements give all
+four value pairs); ``test_the_table_covers_every_pair`` checks this. Then the rows for
+the seams of issue 26, each saying which, and the rows under torch.distributed.
 """
 
 from __future__ import annotations
@@ -30,37 +31,37 @@ import pytest
 
 import flowdata as fd
 from tests.conformance.kinds import BATCH, KIND, KINDS, deal, survivors
-from tests.conformance.matrix import Row, check_reference, run_row
+from tests.conformance.matrix import Row, check_reference, order, run_row
 
 ROOT = Path(__file__).resolve().parents[2]
 
 pytestmark = pytest.mark.filterwarnings("ignore:This DataLoader will create")
 
 I, P = "inline", "processes"
-#            kind              executor workers ranks cache  resume
+#            kind              executor workers ranks cache  resume shuffle
 COVERING = [
-    Row("list",            I, 0, 1, False, False),
-    Row("list",            P, 2, 2, True,  True),
-    Row("arrow",           I, 2, 1, True,  False),
-    Row("arrow",           P, 0, 2, False, True),
-    Row("generator",       I, 0, 2, True,  False),
-    Row("generator",       P, 2, 1, False, True),
-    Row("hf_dataset",      I, 2, 2, False, False),
-    Row("hf_dataset",      P, 0, 1, True,  True),
-    Row("stream",          I, 0, 2, False, True),
-    Row("stream",          P, 2, 1, True,  False),
+    Row("list",            I, 0, 1, False, False, False),
+    Row("list",            P, 2, 2, True,  True,  True),
+    Row("arrow",           I, 2, 1, True,  False, False),
+    Row("arrow",           P, 0, 2, False, True,  True),
+    Row("generator",       I, 0, 2, True,  False, True),
+    Row("generator",       P, 2, 1, False, True,  False),
+    Row("hf_dataset",      I, 2, 2, False, False, True),
+    Row("hf_dataset",      P, 0, 1, True,  True,  False),
+    Row("stream",          I, 0, 2, False, True,  False),
+    Row("stream",          P, 2, 1, True,  False, True),
     # issue 26: a sharded stream resumed at the same worker count kept its batches but not their order
-    Row("sharded",         I, 2, 1, False, True),
-    Row("sharded",         P, 0, 2, True,  False),
-    Row("chained",         I, 0, 1, True,  True),
-    Row("chained",         P, 2, 2, False, False),
+    Row("sharded",         I, 2, 1, False, True,  True),
+    Row("sharded",         P, 0, 2, True,  False, False),
+    Row("chained",         I, 0, 1, True,  True,  True),
+    Row("chained",         P, 2, 2, False, False, False),
 ]
 SEAMS = [
     # issue 26: a stream mapped by a lambda, with a statistics pass on workers: PicklingError
-    Row("sharded_lambda",  P, 2, 1, False, True),
-    Row("sharded_lambda",  I, 2, 2, True,  False),
+    Row("sharded_lambda",  P, 2, 1, False, True,  False),
+    Row("sharded_lambda",  I, 2, 2, True,  False, True),
     # issue 26: the sharded stream's resume, with its statistics on the pool and both caches
-    Row("sharded",         P, 2, 1, True,  True),
+    Row("sharded",         P, 2, 1, True,  True,  False),
 ]
 ROWS = COVERING + SEAMS
 
@@ -77,7 +78,7 @@ def pool() -> Iterator[fd.ProcessExecutor]:
 
 
 def test_the_table_covers_every_pair() -> None:
-    axes = ["kind", "executor", "workers", "ranks", "cache", "resume"]
+    axes = ["kind", "executor", "workers", "ranks", "cache", "resume", "shuffle"]
     values = {a: {getattr(r, a) for r in COVERING} for a in axes}
     assert values["kind"] == {k.name for k in KINDS} - {"sharded_lambda"}
     for a, b in itertools.combinations(axes, 2):
@@ -100,11 +101,11 @@ def test_a_combination_agrees_with_inline(row: Row, tmp_path: Path, request: pyt
 # world size read from torch.distributed, so the statistics pass is shared and a stream in
 # shards is evened out as it goes. One launcher process runs every row (torch imported once).
 DIST = [
-    Row("list",            I, 0, 2, False, True),
-    Row("generator",       P, 0, 2, True,  False),
-    Row("stream",          I, 2, 2, False, False),
-    Row("sharded",         I, 2, 2, True,  True),
-    Row("hf_dataset",      P, 2, 2, False, True),
+    Row("list",            I, 0, 2, False, True,  True),
+    Row("generator",       P, 0, 2, True,  False, False),
+    Row("stream",          I, 2, 2, False, True,  True),
+    Row("sharded",         I, 2, 2, True,  True,  True),
+    Row("hf_dataset",      P, 2, 2, False, True,  False),
 ]
 
 
@@ -139,6 +140,6 @@ def test_a_combination_under_torch_distributed_agrees_with_inline(row: Row, laun
     assert len({tuple(len(b) for b in got["batches"]) for got in ranks}) == 1
     if not KIND[row.kind].lanes:
         for r, got in enumerate(ranks):
-            want = deal(survivors(), r, row.ranks, BATCH, streaming=not KIND[row.kind].indexed)
+            want = deal(list(order(row.kind, row.shuffle)), r, row.ranks, BATCH, streaming=not KIND[row.kind].indexed)
             assert [[s[0] for s in b] for b in got["batches"]] == [b for b, _ in want]
             assert got["padding"] == [p for _, p in want]

@@ -6,7 +6,7 @@ scripts/test.sh, in a pytest process of its own; the oracles are those of
 A small slice, not a covering design: one row per way the pass reads its source on the
 executor (an index in chunks, a stream read here and computed there, shards read where
 they are computed, a stream that cannot travel, a chained group), crossed with workers,
-ranks, the caches and resume so that each of those values meets Ray once.
+ranks, the caches, resume and shuffle so that each of those values meets Ray once.
 """
 
 from __future__ import annotations
@@ -24,14 +24,14 @@ from tests.conformance.matrix import Row, run_row  # noqa: E402
 pytestmark = [pytest.mark.ray, pytest.mark.procs, pytest.mark.filterwarnings("ignore:This DataLoader will create")]
 
 R = "ray"
-#        kind              executor workers ranks cache  resume
+#        kind              executor workers ranks cache  resume shuffle
 ROWS = [
-    Row("list",            R, 0, 2, True,  True),
-    Row("generator",       R, 2, 1, False, False),
-    Row("stream",          R, 2, 2, False, True),
-    Row("sharded",         R, 2, 1, True,  True),
-    Row("sharded_lambda",  R, 0, 1, False, False),
-    Row("chained",         R, 0, 1, True,  False),
+    Row("list",            R, 0, 2, True,  True,  False),
+    Row("generator",       R, 2, 1, False, False, True),
+    Row("stream",          R, 2, 2, False, True,  True),
+    Row("sharded",         R, 2, 1, True,  True,  True),
+    Row("sharded_lambda",  R, 0, 1, False, False, False),
+    Row("chained",         R, 0, 1, True,  False, False),
 ]
 
 
