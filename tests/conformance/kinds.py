@@ -23,7 +23,7 @@ import datasets
 import pyarrow as pa
 
 import flowdata as fd
-from tests.conformance.flows import chained, nodes, returned, yielded
+from tests.conformance.flows import chained, nodes, returned, sequential, yielded
 
 datasets.disable_progress_bars()
 
@@ -83,9 +83,10 @@ class SourceKind:
             (docs/huggingface.md, "What is split how"); the items stay exactly once.
         broken: Rows, index -> an input whose read fails at that row (None: the source
             holds its items in memory, nothing to read can fail).
-        pass_cached: Its statistics pass is stored in the pass cache. Not for a source
-            that collects another group: "their items cannot be fingerprinted without
-            running them" (docs/statistics.md, "How the key is made").
+        pass_cached: Its statistics pass is stored in the pass cache. Not for a
+            ``Sequential`` source nor one that collects another group: "their items cannot
+            be fingerprinted without running them" (docs/statistics.md, "How the key is
+            made").
     """
 
     name: str
@@ -112,6 +113,8 @@ KINDS = [
     SourceKind("hf_dataset", returned, datasets.Dataset.from_list, indexed=True),
     # the same generator, streamed in every worker instead of indexed
     SourceKind("stream", yielded, list, indexed=False, options={"streaming": True}, broken=_broken_rows),
+    # a Sequential source: always streamed; its pass is not cached (docs/statistics.md)
+    SourceKind("sequential", sequential, list, indexed=False, broken=_broken_rows, pass_cached=False),
     SourceKind("sharded", returned, _sharded, indexed=False, lanes=True, broken=_broken_shards),
     SourceKind("sharded_lambda", returned, _sharded_lambda, indexed=False, lanes=True),
     SourceKind("chained", chained, list, indexed=True, pass_cached=False),

@@ -5,11 +5,11 @@ checks it against the oracles listed in :mod:`tests.conformance.matrix` (exactly
 documented batches, bitwise statistics and values, skips agreed, warm caches, resume at
 every batch boundary). Ray rows are in ``test_combinations_ray.py`` (the Ray stage).
 
-How the rows were chosen. The full product (7 kinds x 2^6, shuffle added to the axes of
-issue 27) is 448 rows, too slow; the table is a covering design: every pair of values of
-any two axes appears in some row (14 rows, the least for 7 kinds x 2). Each kind has two
+How the rows were chosen. The full product (8 kinds x 2^6, shuffle added to the axes of
+issue 27) is 512 rows, too slow; the table is a covering design: every pair of values of
+any two axes appears in some row (16 rows, the least for 8 kinds x 2). Each kind has two
 rows whose binary axes are complements (so each kind meets both values of every other
-axis), and the seven "base" rows (the inline ones) were picked so that every pair of
+axis), and the eight "base" rows (the inline ones) were picked so that every pair of
 binary axes is equal in one base and differs in another (then the complements give all
 four value pairs); ``test_the_table_covers_every_pair`` checks this. Then the rows for
 the seams of issue 26, each saying which, and the rows under torch.distributed.
@@ -55,6 +55,8 @@ COVERING = [
     Row("sharded",         P, 0, 2, True,  False, False),
     Row("chained",         I, 0, 1, True,  True,  True),
     Row("chained",         P, 2, 2, False, False, False),
+    Row("sequential",      I, 2, 2, True,  False, False),
+    Row("sequential",      P, 0, 1, False, True,  True),
 ]
 SEAMS = [
     # issue 26: a stream mapped by a lambda, with a statistics pass on workers: PicklingError
@@ -66,8 +68,21 @@ SEAMS = [
 ROWS = COVERING + SEAMS
 
 
+# Rows that fail today, each with why. Strict: the day one passes, it must leave this list.
+XFAIL = {
+    "sequential-inline-w2-r2-cache-once": (
+        "cache= is refused for a Sequential group (InputError 'they are not cached'; "
+        "docs/caching.md, Decisions and limits: only Parallel groups), because its samples run "
+        "in the compiled Sequential kernel, not the loop that owns the sample cache; issue 27 "
+        "item 3 asks for one driver of the kernel through which Sequential gains cache="),
+}
+
+
 def _marks(row: Row) -> list[Any]:
-    return [pytest.mark.procs] if row.workers or row.executor == P else []
+    marks: list[Any] = [pytest.mark.procs] if row.workers or row.executor == P else []
+    if row.id in XFAIL:
+        marks.append(pytest.mark.xfail(strict=True, raises=fd.InputError, reason=XFAIL[row.id]))
+    return marks
 
 
 @pytest.fixture(scope="module")
@@ -106,6 +121,7 @@ DIST = [
     Row("stream",          I, 2, 2, False, True,  True),
     Row("sharded",         I, 2, 2, True,  True,  True),
     Row("hf_dataset",      P, 2, 2, False, True,  False),
+    Row("sequential",      I, 2, 2, False, True,  False),
 ]
 
 

@@ -1,7 +1,7 @@
 """The Source suite: what every kind of source must do, through the public API.
 
 Parametrised over :data:`tests.conformance.kinds.KINDS` (a list, an Arrow table, a
-generator index, a ``datasets.Dataset``, a plain stream, a ``datasets.IterableDataset`` in
+generator index, a ``datasets.Dataset``, a plain stream, a ``Sequential`` source, a ``datasets.IterableDataset`` in
 shards, with and without a lambda, a chained group), as the executor suite is over the
 executors: a new source adapter passes this suite by joining that table with one row.
 
