@@ -209,12 +209,28 @@ class PassDataset(PassWork, Dataset[dict[str, Any]]):
 
     def __getitem__(self, i: int) -> dict[str, Any]:
         """One sample's outputs (epoch 0), as the nodes returned them (not collated)."""
-        return self.rows([int(i)], 0)[0]
+        return self.rows(self._positions([i]), 0)[0]
 
     def __getitems__(self, indices: Sequence[int]) -> list[dict[str, Any]]:
         """Several samples' outputs, computed column by column (a plain torch DataLoader
         calls this with a batch of indices, then its own ``collate_fn``)."""
-        return self.rows(list(indices), getattr(indices, "epoch", 0))
+        return self.rows(self._positions(indices), getattr(indices, "epoch", 0))
+
+    def _positions(self, indices: Sequence[int]) -> list[int]:
+        """Sample indices, a negative one counted from the end as a list counts it.
+
+        One rule for every index kind: each adapter answered a position past the end its
+        own way (an ``IndexError``, a ``NodeError`` of the source, an empty row), and a
+        negative one became its sample index (another ``sample_rng``) or an error.
+        """
+        size = len(self.index)
+        positions = []
+        for i in indices:
+            p = int(i)
+            if not -size <= p < size:
+                raise IndexError(f"sample {p} is out of range: the dataset has {size} samples (0 to {size - 1})")
+            positions.append(p % size)
+        return positions
 
     def rows(self, indices: list[int], epoch: int) -> list[dict[str, Any]]:
         """Outputs of ``indices`` as one dict per sample; a failing sample raises ``SampleError``."""
