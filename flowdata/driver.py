@@ -24,7 +24,7 @@ from flowdata.errors import (
 from flowdata.graph import Graph
 from flowdata.node import Node, Role
 from flowdata.plan import Analysis, Plan, analyze, make_plan
-from flowdata.report import Report
+from flowdata.report import Report, check_max_skipped
 from flowdata.spelling import near, plural_pair
 from flowdata.typecheck import check_edges, check_reductions
 
@@ -370,9 +370,12 @@ class Driver:
                 each batch.
 
         Raises:
-            InputError: unknown output, missing input, or a per-sample output.
-            SampleError: a per-sample node raised.
+            InputError: unknown output, missing input, a per-sample output, or an argument
+                with a value it cannot take (before anything runs).
+            SampleError: a per-sample node raised (or ran past ``timeout``).
             NodeError: a once or Collect node raised.
+            TooManySkipped: more samples skipped than ``max_skipped``.
+            WorkerDied: a worker process of the executor died.
         """
         from flowdata.run import scheduler
         from flowdata.run.deadline import check_timeout
@@ -380,18 +383,20 @@ class Driver:
 
         mode = on_error_mode(on_error)
         seconds = check_timeout(timeout)
+        check_max_skipped(max_skipped)
         if chunk_size is not None and (not isinstance(chunk_size, int) or isinstance(chunk_size, bool) or chunk_size < 1):
             raise InputError(f"chunk_size={chunk_size!r}: expected a positive int, or None to adapt")
         if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 1:
             raise InputError(f"batch_size={batch_size!r}: expected a positive int (samples per batch of batch nodes)")
         call = self.resolve(outputs, inputs, overrides)
+        samples = self._sample_cache(cache, cache_dir, cache_max_bytes)  # checks cache_dir first
         if report is None:
             report = Report()
         report.max_skipped = max_skipped
         return scheduler.execute(
             self.graph, self.analysis, self.program, call.plan, dict(call.values), executor=executor, chunk_size=chunk_size,
             cache_dir=os.fspath(cache_dir) if cache_dir is not None else None, on_error=mode, report=report,
-            timeout=seconds, samples=self._sample_cache(cache, cache_dir, cache_max_bytes), batch_size=batch_size,
+            timeout=seconds, samples=samples, batch_size=batch_size,
         )
 
     def _sample_cache(self, cache: Iterable[str] | None, cache_dir: str | os.PathLike[str] | None,
@@ -399,6 +404,9 @@ class Driver:
         """``cache=`` checked against the graph (None when no node is named)."""
         from flowdata.run.caching.samplecache import SampleCache
 
+        # Checked here, where every call (execute, dataset, dataloader, run_sample) passes it.
+        if cache_dir is not None and not isinstance(cache_dir, (str, os.PathLike)):
+            raise InputError(f"cache_dir={cache_dir!r}: expected a folder's path (a str or os.PathLike), or None")
         names = [cache] if isinstance(cache, str) else list(cache or ())
         if not names:
             return None
@@ -514,6 +522,10 @@ class Driver:
         batches of the same sizes by repeating a few samples (``loader.padding(b)`` counts
         them in batch ``b``); ``even_batches=False`` deals every sample exactly once,
         unevenly. See docs/training.md.
+
+        Faults raise what ``execute()`` raises for them (docs/errors.md has the table): an
+        ``InputError`` for a bad argument, before the statistics pass; a ``WorkerDied`` for a
+        DataLoader worker that dies while the loader is iterated.
         """
         from flowdata.loader.build import LoaderOptions, build_loader
         from flowdata.run.deadline import check_timeout
@@ -650,7 +662,8 @@ def _ranks(rank: int | None, world_size: int | None) -> tuple[int, int]:
         if dist.is_available() and dist.is_initialized():
             rank = dist.get_rank() if rank is None else rank
             world_size = dist.get_world_size() if world_size is None else world_size
-    return (rank or 0), (world_size or 1)
+    # Only None falls back: world_size=0 is refused with the other bad values, not made 1.
+    return (0 if rank is None else rank), (1 if world_size is None else world_size)
 
 
 def _render(dot: Any, path: str, format: str | None) -> None:

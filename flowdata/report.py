@@ -12,9 +12,9 @@ from dataclasses import dataclass, field
 from collections.abc import Hashable, Iterable
 from typing import Any
 
-from flowdata.errors import TooManySkipped
+from flowdata.errors import InputError, TooManySkipped
 
-__all__ = ["Report", "Skip", "TooManySkipped", "first_time"]
+__all__ = ["Report", "Skip", "TooManySkipped", "check_max_skipped", "first_time"]
 
 _CACHE_FIELDS = ("hits", "misses", "bytes_read", "bytes_written", "not_cached")
 
@@ -137,6 +137,19 @@ class Report:
             "cache": {k: dict(v) for k, v in self.cache.items()},
             "padded": self.padded,
         }
+
+
+def check_max_skipped(value: object) -> int | float | None:
+    """A ``max_skipped=`` argument: None, an int count >= 0, or a float fraction from 0 to 1;
+    anything else is an :class:`~flowdata.errors.InputError`, before anything runs."""
+    if value is None or (isinstance(value, int) and not isinstance(value, bool) and value >= 0):
+        return value
+    if isinstance(value, float) and 0.0 <= value <= 1.0:
+        return value
+    raise InputError(
+        f"max_skipped={value!r}: expected an int >= 0 (a count of samples), a float from 0.0 to 1.0 (a fraction "
+        "of the samples seen), or None for no limit"
+    )
 
 
 # What this process has said once already. It lives in flowdata, not in the module that

@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import flowdata as fd
-from flowdata.loader import DataLoader, EpochBatches
+from flowdata.loader import DataLoader, EpochBatches, EpochOrder
 
 FLOW = """
 import os
@@ -145,9 +145,8 @@ def test_exactly_once_across_ranks(
     last_round: list[bool] = []
     remainders = set()
     for rank in range(world_size):
-        s = EpochBatches(indices, batch_size, shuffle=shuffle, seed=5, rank=rank, world_size=world_size,
-                         drop_last=drop_last, even=even)
-        s.epoch = epoch
+        s = EpochBatches(indices, EpochOrder(batch_size, shuffle=shuffle, seed=5, rank=rank, world_size=world_size,
+                                             drop_last=drop_last, even=even, epoch=epoch))
         batches = list(s)
         assert len(batches) == len(s) and sum(len(b) for b in batches) == s.samples()
         assert all(len(b) <= batch_size for b in batches)

@@ -53,9 +53,10 @@ _WHERE = "evening out the ranks' batches of source '{}'"
 class Evening:
     """Evens out one loader's stream in shards between the ranks (see the module docstring).
 
+    Batches that repeat rows only carry no lane; the loader's position counts them as the
+    batches served that no lane served (``padding_batches`` of ``state_dict()``).
+
     Attributes:
-        padding_batches: Batches of the current epoch served that repeat rows only (the
-            position of a resumed loader counts them: its lanes served the others).
         remainder: What Accelerate's ``gather_for_metrics()`` keeps of the last step (see
             the module docstring); known once the epoch's last step has been exchanged.
     """
@@ -65,7 +66,6 @@ class Evening:
         self.world_size = ranks.world_size
         self.source = source
         self.ranks = Ranks(ranks.rank, ranks.world_size, step_group())
-        self.padding_batches = 0
         self.remainder = 0
         self._ended = True
 
@@ -76,9 +76,8 @@ class Evening:
         self._ended = False
         self.remainder = 0
 
-    def batches(self, it: Iterator[Batch], padding_batches: int = 0) -> Iterator[Batch]:
+    def batches(self, it: Iterator[Batch]) -> Iterator[Batch]:
         """``it``'s batches, evened out: as many on every rank, of the same sizes."""
-        self.padding_batches = padding_batches
         self._ended = False
         try:
             yield from self._evened(it)
@@ -123,7 +122,6 @@ class Evening:
                 yield batch
             else:
                 assert stash is not None or target == 0
-                self.padding_batches += 1
                 yield _padding_batch(stash, target, self.source)
 
     def fail(self) -> None:

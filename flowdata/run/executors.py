@@ -38,20 +38,16 @@ from types import FrameType
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar, runtime_checkable
 
 from flowdata.run import scratch
-from flowdata.errors import FlowdataError, describe
+from flowdata.errors import FlowdataError, InputError, WorkerDied, describe
 
 if TYPE_CHECKING:  # imported where a pool starts: `import flowdata` stays light
     from concurrent.futures import Future, ProcessPoolExecutor
 
-__all__ = ["Executor", "InlineExecutor", "ProcessExecutor", "WorkerDied", "resolve_executor"]
+__all__ = ["Executor", "InlineExecutor", "ProcessExecutor", "resolve_executor"]
 
 T = TypeVar("T")
 R = TypeVar("R")
 C = TypeVar("C")
-
-
-class WorkerDied(FlowdataError):
-    """A worker process ended while it ran a task (killed, out of memory, a native crash)."""
 
 
 @runtime_checkable
@@ -382,14 +378,15 @@ def resolve_executor(executor: object) -> tuple[Executor, bool]:
         from flowdata.run.ray_executor import RayExecutor
 
         return RayExecutor(), True
+    # A wrong executor= is a wrong argument, refused like any other (InputError).
     if isinstance(executor, str):
-        raise FlowdataError(
+        raise InputError(
             f"unknown executor {executor!r}\n"
             "  fix: use 'inline', 'processes', 'ray', or an object with a map(fn, tasks, *, context) "
             "method such as flowdata.ProcessExecutor(num_workers=2)"
         )
     if not isinstance(executor, Executor) or not _takes_context(executor):
-        raise FlowdataError(
+        raise InputError(
             f"executor {executor!r} has no map(fn, tasks, *, context) method\n"
             "  fix: pass 'inline', 'processes', 'ray', or an object implementing flowdata.Executor "
             "(map calls fn(context, task) for every task and yields the results in order)"

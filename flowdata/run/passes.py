@@ -29,12 +29,12 @@ from typing import Any, Literal
 
 from flowdata.run.caching.passcache import say
 from flowdata.discover import Program
-from flowdata.errors import InputError, NodeError, SampleError
+from flowdata.errors import InputError, NodeError, SampleError, WorkerDied
 from flowdata.node import Node
 from flowdata.report import Report, Skip
 from flowdata.run.chunking import MAX_CHUNK, ChunkSizer, chunked, chunked_keyed
 from flowdata.run.deadline import Stuck, Watch
-from flowdata.run.executors import Executor, InlineExecutor, WorkerDied
+from flowdata.run.executors import Executor, InlineExecutor
 from flowdata.run.kernel import ChunkResult, Failure, PassSpec, failure_of
 from flowdata.run.distributed.ranks import Ranks
 from flowdata.run.caching.samplecache import SampleCache

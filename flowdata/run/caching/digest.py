@@ -155,7 +155,7 @@ def _feed(h: Any, value: Any) -> None:
     elif is_code(value):
         code = _CTX.code
         if code is None:  # digest_with() and the code key itself always give one
-            raise RuntimeError("flowdata.digest: a function met outside digest_with()/a code key")
+            raise RuntimeError("flowdata.run.caching.digest: a function met outside digest_with()/a code key")
         h.update(f"code:{code(value)};".encode())
     else:
         _once(h, value, _feed_object)

@@ -53,11 +53,11 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from flowdata.errors import FlowdataError, RankError, describe
+from flowdata.errors import FlowdataError, PeerStopped, RankError, describe
 from flowdata.reduce import BLOCK
 from flowdata.run.caching.store import decode_value, encode_value
 
-__all__ = ["ItemsPrint", "PeerStopped", "Ranks", "items_print", "ranks_of", "skips_payload", "step_group"]
+__all__ = ["ItemsPrint", "Ranks", "items_print", "ranks_of", "skips_payload", "step_group"]
 
 _log = logging.getLogger("flowdata")
 
@@ -74,15 +74,6 @@ _LOST_FIX = ("{who} stopped without reporting an error (killed by a signal or th
 
 _GLOO: dict[int, Any] = {}  # a gloo group beside a default group of another backend (NCCL)
 _STEPS: dict[int, Any] = {}  # the gloo group of the per-step exchanges (flowdata.loader.evening)
-
-
-class PeerStopped(FlowdataError):
-    """Raised on a rank that stops because another rank told it that it failed."""
-
-    def __init__(self, rank: int, detail: str):
-        super().__init__(f"rank {rank} failed: {detail}")
-        self.rank = rank
-        self.detail = detail
 
 
 @dataclass(frozen=True)
