@@ -257,7 +257,7 @@ def _executor(name: str) -> Any:
     joins the cluster at ADDRESS (closed by :func:`_run`)."""
     if not name.startswith("ray:"):
         return name
-    from flowdata.run.ray_executor import RayExecutor
+    from flowdata.run.executors.ray import RayExecutor
 
     return RayExecutor(address=name[4:])
 

@@ -193,3 +193,23 @@ def test_an_unread_input_is_warned_at_the_callers_line_on_every_path(
     assert len(unread) == 1, [str(w.message) for w in caught]
     assert "'scael' (did you mean 'scale'?)" in str(unread[0].message)
     assert unread[0].filename == __file__, f"warned at {unread[0].filename}:{unread[0].lineno}"
+
+
+def _room(module: str) -> str:
+    """The package a module lives in (a package's door belongs to that package)."""
+    path = _modules("flowdata")[module]
+    return module if path.name == "__init__.py" else module.rpartition(".")[0]
+
+
+def test_no_module_imports_a_private_name_of_another_room() -> None:
+    modules = _modules("flowdata")
+    wrong = []
+    for name, path in modules.items():
+        for module, names, line in _imports(path):
+            if module not in modules or _room(module) == _room(name):
+                continue
+            private = [n for n in names if n.startswith("_") and not n.startswith("__")]
+            if private:
+                wrong.append(f"{path.relative_to(ROOT)}:{line}: from {module} import {', '.join(private)}")
+    assert not wrong, "private names imported across rooms (make them public in their room, or move them):\n" + \
+        "\n".join(wrong)

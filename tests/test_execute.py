@@ -16,7 +16,7 @@ from typing import Any, TypeVar
 import pytest
 
 import flowdata as fd
-from flowdata.run.worker import run_task
+from flowdata.run.executors.worker import run_task
 
 T = TypeVar("T")
 R = TypeVar("R")

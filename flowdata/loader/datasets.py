@@ -2,7 +2,7 @@
 
 Both compute *whole batches* with the engine's kernel (:func:`flowdata.run.kernel.run_chunk`),
 column by column, and rebuild the nodes once per worker process
-(:func:`flowdata.run.worker.nodes_for`); both pickle as plain data (module names, config,
+(:func:`flowdata.run.executors.worker.nodes_for`); both pickle as plain data (module names, config,
 values), so they work under ``spawn``.
 
 - :class:`PassDataset` (map-style) holds the item index; the loader's sampler
@@ -40,7 +40,7 @@ from flowdata.run.kernel import ChunkResult, Failure, PassSpec, run_chunk
 from flowdata.run.passes import failure_error
 from flowdata.run.sources.sharded import ShardedSource
 from flowdata.run.sources.adapters import ItemIndex, call_source
-from flowdata.run.worker import nodes_for
+from flowdata.run.executors.worker import nodes_for
 from flowdata.loader.lanes import Lane, interleaved, lane_batches, layout, saved_lanes
 from flowdata.loader.order import EpochOrder, stream_batches
 from flowdata.loader.position import Position, count

@@ -120,7 +120,7 @@ class ChunkResult:
     time spent in each node; ``sample_bytes`` an estimate of one sample's memory (its item
     and every computed value), for chunk sizing. ``items`` are the delivered samples' items,
     set in the main process (they travel back from a worker only for a task that read a
-    shard there, :func:`~flowdata.run.worker.run_shard`). ``notes`` are the sample cache's
+    shard there, :func:`~flowdata.run.executors.worker.run_shard`). ``notes`` are the sample cache's
     warnings (a damaged segment, a folder that cannot be written), said once where the run
     is driven (:func:`flowdata.run.caching.passcache.say`).
     """

@@ -1,9 +1,9 @@
 """The pass engine: source -> chunks -> executor -> checked chunks, for every kind of run.
 
 :class:`Engine` runs one pass of a group: it cuts the source's items into chunks
-(:mod:`~flowdata.run.chunking`), maps :func:`~flowdata.run.worker.run_task` over them on
+(:mod:`~flowdata.run.chunking`), maps :func:`~flowdata.run.executors.worker.run_task` over them on
 the executor it was given -- any executor, the inline one included, behind one contract --
-with the pass sent once as a :class:`~flowdata.run.worker.PassContext`, and yields the
+with the pass sent once as a :class:`~flowdata.run.executors.worker.PassContext`, and yields the
 computed chunks in sample order, each checked by the :class:`Recorder`. ``execute()``,
 ``run_sample()`` and the statistics pass of both loaders run their passes here; the
 loaders' epochs run the same kernel in DataLoader workers and hand their batches to the
@@ -41,7 +41,7 @@ from flowdata.run.caching.samplecache import SampleCache
 from flowdata.run.sequential import SequentialStream
 from flowdata.run.sources.sharded import SHARD_STRIDE, ShardedSource
 from flowdata.run.sources.adapters import IndexSource, Source
-from flowdata.run.worker import PassContext, ShardRead, Task, run_task
+from flowdata.run.executors.worker import PassContext, ShardRead, Task, run_task
 
 __all__ = ["Engine", "OnError", "Recorder", "failure_error", "on_error_mode"]
 
@@ -232,7 +232,7 @@ class Engine:
         shards: ShardedSource | None = None,
     ) -> Iterator[ChunkResult]:
         """Chunks of ``items`` computed on the executor; or, with ``shards``, one task per
-        shard, read where it runs (:func:`~flowdata.run.worker.run_shard`)."""
+        shard, read where it runs (:func:`~flowdata.run.executors.worker.run_shard`)."""
         group = spec.group
         # Workers in other processes that a node does not let go of are ended by a watch.
         watch = Watch(spec.timeout) if spec.timeout is not None and spec.computes and not isinstance(

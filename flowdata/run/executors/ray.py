@@ -52,7 +52,8 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from flowdata.errors import FlowdataError, WorkerDied, describe
-from flowdata.run.executors import pickled_task, sigint_deferred
+from flowdata.run.executors.contract import pickled_task
+from flowdata.run.executors.signals import sigint_deferred
 
 if TYPE_CHECKING:
     from types import ModuleType
