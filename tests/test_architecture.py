@@ -213,3 +213,15 @@ def test_no_module_imports_a_private_name_of_another_room() -> None:
                 wrong.append(f"{path.relative_to(ROOT)}:{line}: from {module} import {', '.join(private)}")
     assert not wrong, "private names imported across rooms (make them public in their room, or move them):\n" + \
         "\n".join(wrong)
+
+
+def test_the_engine_section_lists_every_module_of_the_run_side() -> None:
+    import re
+
+    text = (ROOT / "docs" / "concepts.md").read_text()
+    section = text[text.index("## The engine"):]
+    section = section[:section.index("\n## ", 3)]
+    listed = set(re.findall(r"^\| `(run/[\w/]+\.py)` \|", section, flags=re.M))
+    present = {str(p.relative_to(ROOT / "flowdata")) for p in (ROOT / "flowdata" / "run").rglob("*.py")}
+    assert listed == present, (f"docs/concepts.md's engine table misses {sorted(present - listed)} and lists "
+                               f"{sorted(listed - present)}, which do not exist")
