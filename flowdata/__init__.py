@@ -31,7 +31,7 @@ from flowdata.vectorize import vectorized
 if TYPE_CHECKING:
     from flowdata.loader import DataLoader
     from flowdata.run.executors import Executor, InlineExecutor, ProcessExecutor
-    from flowdata.run.ray_executor import RayExecutor
+    from flowdata.run.executors.ray import RayExecutor
 
 __all__ = [
     "Batch",
@@ -76,7 +76,7 @@ def __getattr__(name: str) -> object:
 
         return getattr(executors, name)
     if name == "RayExecutor":  # Ray itself is imported on first use of the executor
-        from flowdata.run.ray_executor import RayExecutor
+        from flowdata.run.executors.ray import RayExecutor
 
         return RayExecutor
     raise AttributeError(f"module 'flowdata' has no attribute {name!r}")

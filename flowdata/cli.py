@@ -128,8 +128,9 @@ def _outputs(text: str) -> list[str]:
 
 
 def _parser() -> argparse.ArgumentParser:
-    from flowdata import __version__
+    from flowdata.run.caching.installed import package_version
 
+    __version__ = package_version("flowdata")
     parser = argparse.ArgumentParser(prog="flowdata", description="Typed dataflows for ML data pipelines.")
     parser.add_argument("--version", action="version", version=f"flowdata {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -256,7 +257,7 @@ def _executor(name: str) -> Any:
     joins the cluster at ADDRESS (closed by :func:`_run`)."""
     if not name.startswith("ray:"):
         return name
-    from flowdata.run.ray_executor import RayExecutor
+    from flowdata.run.executors.ray import RayExecutor
 
     return RayExecutor(address=name[4:])
 

@@ -24,7 +24,7 @@ from flowdata.errors import (
 from flowdata.graph import Graph
 from flowdata.node import Node, Role
 from flowdata.plan import Analysis, Plan, analyze, make_plan
-from flowdata.report import Report
+from flowdata.report import Report, check_max_skipped
 from flowdata.spelling import near, plural_pair
 from flowdata.typecheck import check_edges, check_reductions
 
@@ -32,9 +32,9 @@ if TYPE_CHECKING:
     import torch
 
     from flowdata.loader import DataLoader, LaneDataset, PassDataset, StreamDataset
-    from flowdata.run.samplecache import SampleCache
+    from flowdata.run.caching.samplecache import SampleCache
 
-__all__ = ["Builder", "Driver", "InputLikeNodeWarning", "UnreadInputWarning", "compile_modules", "inputs_like_nodes",
+__all__ = ["Builder", "Call", "Driver", "InputLikeNodeWarning", "UnreadInputWarning", "compile_modules", "inputs_like_nodes",
            "load_module"]
 
 P = ParamSpec("P")
@@ -53,6 +53,26 @@ def _public(fn: Callable[P, R]) -> Callable[P, R]:
             raise exc.with_traceback(None) from exc.__cause__
 
     return wrapper
+
+
+@dataclass(frozen=True)
+class Call:
+    """One call resolved against the graph (:meth:`Driver.resolve`): what every way of
+    running it -- ``execute()``, ``run_sample()``, ``dataset()``, ``dataloader()`` -- starts
+    from.
+
+    Attributes:
+        outputs: The outputs asked for, in order.
+        values: The whole values the call is given: config, then inputs, then overrides.
+        replaced: Nodes whose values the call gives (overrides, and inputs named like a node):
+            they and what only they needed are not computed.
+        plan: The call's plan (groups, passes, once nodes).
+    """
+
+    outputs: tuple[str, ...]
+    values: Mapping[str, Any]
+    replaced: tuple[str, ...]
+    plan: Plan
 
 
 @dataclass(frozen=True)
@@ -216,10 +236,6 @@ class Driver:
             return Role.INPUT
         return self.analysis.roles[name]
 
-    def _values(self, inputs: Mapping[str, Any] | None, overrides: Mapping[str, Any] | None) -> dict[str, Any]:
-        # Config entries are inputs too, as in Hamilton.
-        return {**self.config, **(inputs or {}), **(overrides or {})}
-
     def _check_source_overrides(self, outputs: Sequence[str], overrides: Mapping[str, Any]) -> None:
         """A source overridden with a list or tuple of items runs its group over them; with
         anything else (one item), it is refused with the call that does what was meant."""
@@ -246,7 +262,7 @@ class Driver:
         (an input named like a node replaces that node, and whatever only it needed)."""
         return tuple(dict.fromkeys([*(overrides or ()), *(k for k in inputs or () if k in self.graph.nodes)]))
 
-    def _warn_unread(self, inputs: Mapping[str, Any], stacklevel: int = 4) -> None:
+    def _warn_unread(self, inputs: Mapping[str, Any]) -> None:
         """Warns about inputs no node reads: usually a misspelt name whose default was used."""
         unread = self.graph.unread(inputs)
         if not unread:
@@ -260,8 +276,33 @@ class Driver:
             " (a switch read by @config.when chooses functions when the graph is built: give it to"
             " Builder().with_config(), not inputs=)",
             UnreadInputWarning,
-            stacklevel=stacklevel,
+            stacklevel=_user_stacklevel(),
         )
+
+    def resolve(
+        self,
+        outputs: Iterable[str],
+        inputs: Mapping[str, Any] | None = None,
+        overrides: Mapping[str, Any] | None = None,
+        *,
+        per_sample: bool = False,
+    ) -> Call:
+        """Resolves one call: its values (config, inputs, overrides), the nodes they replace,
+        and its plan -- checked as every run checks it, with a warning for inputs no node
+        reads. ``per_sample=True`` plans per-sample outputs (the loader, ``run_sample()``);
+        otherwise they are refused, as ``execute()`` refuses them.
+
+        Raises:
+            InputError: an unknown output, a missing input, a per-sample output where whole
+                values are asked for, or a source overridden with one item.
+        """
+        outputs = tuple(outputs)
+        values = {**self.config, **(inputs or {}), **(overrides or {})}  # config entries are inputs too, as in Hamilton
+        replaced = self._replaced(inputs, overrides)  # an input named like a node replaces it too
+        self._check_source_overrides(outputs, {k: values[k] for k in replaced})
+        self._warn_unread(inputs or {})
+        plan = make_plan(self.graph, self.analysis, outputs, set(values), replaced, allow_per_sample=per_sample)
+        return Call(outputs, MappingProxyType(values), replaced, plan)
 
     @_public
     def plan(
@@ -329,9 +370,12 @@ class Driver:
                 each batch.
 
         Raises:
-            InputError: unknown output, missing input, or a per-sample output.
-            SampleError: a per-sample node raised.
+            InputError: unknown output, missing input, a per-sample output, or an argument
+                with a value it cannot take (before anything runs).
+            SampleError: a per-sample node raised (or ran past ``timeout``).
             NodeError: a once or Collect node raised.
+            TooManySkipped: more samples skipped than ``max_skipped``.
+            WorkerDied: a worker process of the executor died.
         """
         from flowdata.run import scheduler
         from flowdata.run.deadline import check_timeout
@@ -339,30 +383,30 @@ class Driver:
 
         mode = on_error_mode(on_error)
         seconds = check_timeout(timeout)
+        check_max_skipped(max_skipped)
         if chunk_size is not None and (not isinstance(chunk_size, int) or isinstance(chunk_size, bool) or chunk_size < 1):
             raise InputError(f"chunk_size={chunk_size!r}: expected a positive int, or None to adapt")
         if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 1:
             raise InputError(f"batch_size={batch_size!r}: expected a positive int (samples per batch of batch nodes)")
-        outputs = tuple(outputs)
-        values = self._values(inputs, overrides)
-        replaced = self._replaced(inputs, overrides)  # an input named like a node replaces it too
-        self._check_source_overrides(outputs, {k: values[k] for k in replaced})
-        self._warn_unread(inputs or {})
-        plan = make_plan(self.graph, self.analysis, outputs, set(values), replaced, allow_per_sample=False)
+        call = self.resolve(outputs, inputs, overrides)
+        samples = self._sample_cache(cache, cache_dir, cache_max_bytes)  # checks cache_dir first
         if report is None:
             report = Report()
         report.max_skipped = max_skipped
         return scheduler.execute(
-            self.graph, self.analysis, self.program, plan, values, executor=executor, chunk_size=chunk_size,
+            self.graph, self.analysis, self.program, call.plan, dict(call.values), executor=executor, chunk_size=chunk_size,
             cache_dir=os.fspath(cache_dir) if cache_dir is not None else None, on_error=mode, report=report,
-            timeout=seconds, samples=self._sample_cache(cache, cache_dir, cache_max_bytes), batch_size=batch_size,
+            timeout=seconds, samples=samples, batch_size=batch_size,
         )
 
     def _sample_cache(self, cache: Iterable[str] | None, cache_dir: str | os.PathLike[str] | None,
                       max_bytes: int | None) -> SampleCache | None:
         """``cache=`` checked against the graph (None when no node is named)."""
-        from flowdata.run.samplecache import SampleCache
+        from flowdata.run.caching.samplecache import SampleCache
 
+        # Checked here, where every call (execute, dataset, dataloader, run_sample) passes it.
+        if cache_dir is not None and not isinstance(cache_dir, (str, os.PathLike)):
+            raise InputError(f"cache_dir={cache_dir!r}: expected a folder's path (a str or os.PathLike), or None")
         names = [cache] if isinstance(cache, str) else list(cache or ())
         if not names:
             return None
@@ -478,6 +522,10 @@ class Driver:
         batches of the same sizes by repeating a few samples (``loader.padding(b)`` counts
         them in batch ``b``); ``even_batches=False`` deals every sample exactly once,
         unevenly. See docs/training.md.
+
+        Faults raise what ``execute()`` raises for them (docs/errors.md has the table): an
+        ``InputError`` for a bad argument, before the statistics pass; a ``WorkerDied`` for a
+        DataLoader worker that dies while the loader is iterated.
         """
         from flowdata.loader.build import LoaderOptions, build_loader
         from flowdata.run.deadline import check_timeout
@@ -570,7 +618,8 @@ class Driver:
         computed first.
         """
         outputs = tuple(outputs)
-        values = self._values(inputs, None)
+        values = {**self.config, **(inputs or {})}
+        self._warn_unread(inputs or {})
         not_per_sample = [o for o in outputs if o in self.graph.nodes and not self.analysis.per_sample(o)
                           and not self.analysis.batch(o)]
         plan = None
@@ -613,7 +662,8 @@ def _ranks(rank: int | None, world_size: int | None) -> tuple[int, int]:
         if dist.is_available() and dist.is_initialized():
             rank = dist.get_rank() if rank is None else rank
             world_size = dist.get_world_size() if world_size is None else world_size
-    return (rank or 0), (world_size or 1)
+    # Only None falls back: world_size=0 is refused with the other bad values, not made 1.
+    return (0 if rank is None else rank), (1 if world_size is None else world_size)
 
 
 def _render(dot: Any, path: str, format: str | None) -> None:

@@ -4,15 +4,21 @@
 
     FlowdataError                 every error flowdata raises on purpose
     ├── GraphError                the graph is wrong; holds every GraphProblem at once
-    ├── InputError                a call asked for something the graph cannot give
+    ├── InputError                a call asked for something the graph cannot give, or an
+    │                             argument has a value it cannot take
     ├── MediaError                a file could not be decoded (names the path and why)
     ├── NodeError                 a once or Collect node raised; the user's error is chained
     │   └── SampleError           a per-sample node raised for one sample
+    ├── PeerStopped               a rank stops because another told it that it failed
+    │                             (inside a shared pass; the cause of the RankError it raises)
     ├── RankError                 another rank of torch.distributed failed in a shared pass
     ├── StatsError (ValueError)   a reducer received data it cannot fold
-    └── TooManySkipped            more samples skipped than ``max_skipped`` allows
+    ├── TooManySkipped            more samples skipped than ``max_skipped`` allows
+    └── WorkerDied                a worker process died while it ran work (an executor's
+                                  worker, or a DataLoader worker)
 
-    UnreadInputWarning (UserWarning)  an ``inputs=`` key that no node reads
+    UnreadInputWarning (UserWarning)    an ``inputs=`` key that no node reads
+    InputLikeNodeWarning (UserWarning)  a parameter spelt almost like a node
 
 Every message names the node, the function's ``file:line``, what was expected and what
 came, and a fix. The user's own exception is kept as ``__cause__`` with flowdata's frames
@@ -33,12 +39,17 @@ __all__ = [
     "GraphError",
     "GraphProblem",
     "InputError",
+    "InputLikeNodeWarning",
     "NodeError",
+    "PeerStopped",
     "RankError",
     "SampleError",
     "StatsError",
     "TooManySkipped",
     "UnreadInputWarning",
+    "WorkerDied",
+    "check_rank",
+    "expect_int",
     "short_repr",
 ]
 
@@ -116,7 +127,9 @@ class GraphError(FlowdataError):
 
 
 class InputError(FlowdataError):
-    """A call asked for an unknown output, lacked an input, or asked for the wrong kind of node."""
+    """A call asked for an unknown output, lacked an input, or asked for the wrong kind of node;
+    or one of its arguments has a value it cannot take (``batch_size=0``, ``on_error="ignore"``,
+    ``executor="threads"``), refused before anything runs."""
 
 
 class MediaError(FlowdataError):
@@ -243,6 +256,22 @@ class RankError(FlowdataError):
         return (type(self), (self.rank, self.world_size, self.where, self.detail, self.fix))
 
 
+class PeerStopped(FlowdataError):
+    """Raised on a rank that stops because another rank told it that it failed.
+
+    It ends that rank's part of a shared pass; the rank then raises a :class:`RankError`
+    naming the rank that failed, with this error as its cause.
+    """
+
+    def __init__(self, rank: int, detail: str):
+        super().__init__(f"rank {rank} failed: {detail}")
+        self.rank = rank
+        self.detail = detail
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.rank, self.detail))
+
+
 class StatsError(FlowdataError, ValueError):
     """A reducer received data it cannot fold (wrong shape, NaN under ``nan="raise"``)."""
 
@@ -251,12 +280,40 @@ class TooManySkipped(FlowdataError):
     """More samples were skipped than ``max_skipped`` allows."""
 
 
+class WorkerDied(FlowdataError):
+    """A worker process ended while it ran work (killed, out of memory, a native crash).
+
+    The same class on every path: a process pool's or Ray's worker under ``execute()`` and a
+    loader's statistics pass, and a DataLoader worker while a loader is iterated.
+    """
+
+
 class UnreadInputWarning(UserWarning):
     """An ``inputs=`` key that no node reads (often a typo: the default was used instead)."""
 
 
 class InputLikeNodeWarning(UserWarning):
     """A parameter spelt almost like a node, which makes it an input (often a typo)."""
+
+
+def expect_int(name: str, value: object, *, least: int, meaning: str) -> int:
+    """``value`` when it is an int (not a bool) of at least ``least``, else an :class:`InputError`
+    that names the argument, what came and what was expected (``meaning`` says what it counts)."""
+    if isinstance(value, int) and not isinstance(value, bool) and value >= least:
+        return value
+    wanted = "a positive int" if least == 1 else f"an int >= {least}"
+    raise InputError(f"{name}={value!r}: expected {wanted} ({meaning})")
+
+
+def check_rank(rank: object, world_size: object) -> tuple[int, int]:
+    """``(rank, world_size)`` when ``world_size`` is a positive int and ``rank`` one of
+    ``0 .. world_size - 1``, else an :class:`InputError`."""
+    size = expect_int("world_size", world_size, least=1, meaning="the number of ranks")
+    number = expect_int("rank", rank, least=0, meaning="this process's rank among the world_size ranks")
+    if number >= size:
+        raise InputError(f"rank={number!r}: expected an int from 0 to {size - 1} (this process's rank among "
+                         f"world_size={size} ranks)")
+    return number, size
 
 
 def short_repr(value: Any, limit: int = 120) -> str:

@@ -1,18 +1,20 @@
 """What a run did: samples seen and skipped (with reasons), time and calls per node.
 
 ``execute(..., report=Report())`` fills the report it is given; the training iterator
-keeps its own as ``loader.report`` (pass 1 and every epoch).
+keeps its own as ``loader.report`` (pass 1 and every epoch). :func:`first_time` is what a
+module uses to say a warning once per process instead of once per loader.
 """
 
 from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
+from collections.abc import Hashable, Iterable
 from typing import Any
 
-from flowdata.errors import TooManySkipped
+from flowdata.errors import InputError, TooManySkipped
 
-__all__ = ["Report", "Skip", "TooManySkipped"]
+__all__ = ["Report", "Skip", "TooManySkipped", "check_max_skipped", "first_time"]
 
 _CACHE_FIELDS = ("hits", "misses", "bytes_read", "bytes_written", "not_cached")
 
@@ -135,3 +137,31 @@ class Report:
             "cache": {k: dict(v) for k, v in self.cache.items()},
             "padded": self.padded,
         }
+
+
+def check_max_skipped(value: object) -> int | float | None:
+    """A ``max_skipped=`` argument: None, an int count >= 0, or a float fraction from 0 to 1;
+    anything else is an :class:`~flowdata.errors.InputError`, before anything runs."""
+    if value is None or (isinstance(value, int) and not isinstance(value, bool) and value >= 0):
+        return value
+    if isinstance(value, float) and 0.0 <= value <= 1.0:
+        return value
+    raise InputError(
+        f"max_skipped={value!r}: expected an int >= 0 (a count of samples), a float from 0.0 to 1.0 (a fraction "
+        "of the samples seen), or None for no limit"
+    )
+
+
+# What this process has said once already. It lives in flowdata, not in the module that
+# warns, so that the set a node's code reaches is flowdata's (keyed by flowdata's version in
+# a cache key), not a module-level object of the user's modules whose contents change as the
+# program runs.
+_SAID: set[Hashable] = set()
+
+
+def first_time(keys: Iterable[Hashable]) -> bool:
+    """Whether any of ``keys`` is new in this process (all of them are remembered): a
+    module's warning said once per process, not once per loader or epoch."""
+    new = [k for k in keys if k not in _SAID]
+    _SAID.update(new)
+    return bool(new)

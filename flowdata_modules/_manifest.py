@@ -40,7 +40,7 @@ from typing import Any, cast
 
 import numpy as np
 
-from flowdata._files import NotAFile, open_regular
+from flowdata.io import NotAFile, open_regular
 from flowdata.stats import Vocab, Vocabulary
 
 _log = logging.getLogger("flowdata")

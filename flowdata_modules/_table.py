@@ -6,7 +6,7 @@ A table is
   Parquet file or folder of Parquet files (``.parquet``, or a folder): its named columns
   only are read, a record batch at a time, into an uncompressed Arrow file in a scratch
   folder, and the ``pyarrow.Table`` is memory-mapped from it
-  (:func:`flowdata.run.source.mapped_table`): the rows are never in this process's heap
+  (:func:`flowdata.io.mapped_table`): the rows are never in this process's heap
   (a Parquet file decoded at once would be, with its decoding buffers), DataLoader
   workers share the pages, and pool workers map the same file instead of receiving a copy;
 - a ``pyarrow.Table`` or ``RecordBatch``, a pandas ``DataFrame`` or a Hugging Face
@@ -24,7 +24,7 @@ import re
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from flowdata._files import kind_of, open_regular
+from flowdata.io import kind_of, open_regular
 from flowdata.errors import InputError
 
 __all__ = ["ROW_ERROR", "columns_of", "names_of", "read_table", "row_error", "table_columns"]
@@ -91,7 +91,7 @@ def row_error(row: Mapping[str, Any]) -> None:
 
 
 def _open(path: str, columns: list[str] | None, encoding: str, column_types: Mapping[str, str] | None) -> Any:
-    from flowdata.run.source import mapped_table
+    from flowdata.io import mapped_table
 
     _exists(path)
     if _is_parquet(path):
@@ -212,7 +212,7 @@ class _CsvRead:
         """The table, read again after each failure that one change of the reading fixes."""
         import pyarrow as pa
 
-        from flowdata.run.source import mapped_table
+        from flowdata.io import mapped_table
 
         size = os.path.getsize(self.path)
         while True:

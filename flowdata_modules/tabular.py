@@ -360,7 +360,7 @@ def numeric_scaling(numeric_stats: Stats, missing_counts: dict[str, int], numeri
     shift = torch.where(empty, 0.0, torch.where(constant, flat["min"], shift))
     offset = torch.where(empty | constant, 0.0, offset)
     std = torch.where(empty | constant, 1.0, std)
-    from flowdata._once import first_time  # each column's warning once per process
+    from flowdata.report import first_time  # each column's warning once per process
 
     values = flat["min"].tolist()
     for flag, what in ((empty, "have no value at all"), (constant, "are constant")):

@@ -285,7 +285,7 @@ def _load(path: str, max_length: int | None = None) -> Any:
         from tokenizers import Tokenizer
     except ImportError as err:  # pragma: no cover - tokenizers is pinned
         raise ImportError("the tokenizer option needs Hugging Face tokenizers: pip install tokenizers") from err
-    from flowdata._files import NotAFile, check_regular
+    from flowdata.io import NotAFile, check_regular
 
     path = os.fspath(path)
     try:

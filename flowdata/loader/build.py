@@ -30,25 +30,25 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from flowdata.cache import PassCache
-from flowdata.errors import InputError
+from flowdata.errors import InputError, check_rank, expect_int
 from flowdata.node import Role
-from flowdata.plan import make_plan
-from flowdata.report import Report
+from flowdata.report import Report, check_max_skipped
 from flowdata.run.batches import BatchStep
-from flowdata.run.cache import ReductionCache
+from flowdata.run.caching.keys import ReductionCache
+from flowdata.run.caching.passcache import PassCache
+from flowdata.run.deadline import Watch
 from flowdata.run.executors import Executor, InlineExecutor, ProcessExecutor, resolve_executor
 from flowdata.run.kernel import PassSpec
 from flowdata.run.passes import Engine, Recorder, on_error_mode
 from flowdata.run.scheduler import Run
-from flowdata.run.shards import ShardedSource
-from flowdata.run.ranks import ItemsPrint, block_reprs, items_print, ranks_of
-from flowdata.run.samplecache import SampleCache
-from flowdata.run.source import IndexSource, indexed
+from flowdata.run.sources.sharded import ShardedSource
+from flowdata.run.distributed.ranks import ItemsPrint, block_reprs, items_print, ranks_of
+from flowdata.run.caching.samplecache import SampleCache
+from flowdata.run.sources.adapters import IndexSource, indexed
 from flowdata.loader.datasets import LaneDataset, PassDataset, StreamDataset
 from flowdata.loader.evening import Evening
 from flowdata.loader.dataloader import DataLoader, progress_bar
-from flowdata.loader.order import EpochBatches
+from flowdata.loader.order import EpochBatches, EpochOrder
 
 if TYPE_CHECKING:
     from flowdata.driver import Driver
@@ -81,6 +81,26 @@ class LoaderOptions:
     executor: object = None
     timeout: float | None = None
     samples: SampleCache | None = None
+
+    def order(self) -> EpochOrder:
+        """The order of the epochs, from the first."""
+        return EpochOrder(batch_size=self.batch_size, shuffle=self.shuffle, seed=self.seed,
+                          drop_last=self.drop_last, even=self.even_batches, rank=self.rank,
+                          world_size=self.world_size, shuffle_buffer=self.shuffle_buffer)
+
+
+def _check(options: LoaderOptions) -> None:
+    """The arguments of ``dataloader()`` and ``dataset()``, refused (``InputError``) before
+    anything runs, as ``execute()`` refuses its own: nothing is computed for a call that would
+    fail later, in a worker, or with torch's own class of error."""
+    on_error_mode(options.on_error)
+    check_max_skipped(options.max_skipped)
+    expect_int("batch_size", options.batch_size, least=1, meaning="samples per batch")
+    expect_int("num_workers", options.num_workers, least=0,
+               meaning="DataLoader worker processes; 0 computes the batches in this process")
+    expect_int("shuffle_buffer", options.shuffle_buffer, least=1,
+               meaning="items a stream's shuffle buffer holds; 1 keeps the stream's order")
+    check_rank(options.rank, options.world_size)
 
 
 def _statistics_executor(options: LoaderOptions) -> tuple[Executor, bool]:
@@ -143,23 +163,25 @@ def _say_uneven(source: str, options: LoaderOptions) -> None:
 
 def build_dataset(
     driver: Driver, outputs: Sequence[str], inputs: Mapping[str, Any] | None, options: LoaderOptions,
-    *, batches: bool = True, require_index: bool = False,
+    *, batches: bool = True, require_index: bool = False, watch: str | None = None,
 ) -> tuple[PassDataset | StreamDataset | LaneDataset, list[int], dict[str, Any], Recorder, BatchStep | None]:
     """Plans the call, computes what the last pass reads, and makes its dataset
     (``require_index``: a ``PassDataset`` or an ``InputError``, never a stream).
+
+    ``batches``: the dataset is ``flowdata.DataLoader``'s (a stream yields collated
+    batches, batch nodes are allowed); else ``dataset()``'s (one dict per sample).
+    ``watch``: the watch folder of the loader's workers (``timeout`` with workers).
 
     Returns the dataset, the sample indices to iterate (map-style; those skipped in the
     statistics pass left out), the Collect results computed on the way (``loader.stats``),
     the recorder (report and skips) the loader goes on with, and the batch nodes to compute
     on each collated batch (None when the outputs hold none; refused unless ``batches``).
     """
+    _check(options)
     outputs = tuple(outputs)
     on_error = on_error_mode(options.on_error)
-    values = driver._values(inputs, None)
-    driver._warn_unread(inputs or {}, stacklevel=6)
-    replaced = driver._replaced(inputs, None)
-    analysis = driver.analysis
-    plan = make_plan(driver.graph, analysis, outputs, set(values), replaced, allow_per_sample=True)
+    call = driver.resolve(outputs, inputs, per_sample=True)
+    values, plan, analysis = dict(call.values), call.plan, driver.analysis
     batch_outputs = [o for o in outputs if analysis.batch(o)]
     if batch_outputs and not batches:
         raise InputError(
@@ -255,7 +277,8 @@ def build_dataset(
             close = getattr(executor, "close", None)
             if close is not None:
                 close()
-    spec = PassSpec(group.source, pass_.number, pass_.computes, delivered, seed=options.seed, timeout=options.timeout)
+    spec = PassSpec(group.source, pass_.number, pass_.computes, delivered, seed=options.seed, timeout=options.timeout,
+                    watch=watch)
     if options.samples is not None:  # the epochs read and write the sample cache too
         spec = options.samples.attach(spec, driver.graph.nodes, whole, driver.program.config)
     skip = on_error == "skip"
@@ -263,20 +286,18 @@ def build_dataset(
     dataset: PassDataset | StreamDataset | LaneDataset
     indices: list[int] = []
     if index is None:
-        stream: dict[str, Any] = dict(seed=options.seed, skip=skip, collate_fn=options.collate_fn, batch_size=options.batch_size,
-                      drop_last=options.drop_last, shuffle=options.shuffle, shuffle_buffer=options.shuffle_buffer,
-                      rank=options.rank, world_size=options.world_size, nodes=driver.graph.nodes,
-                      even=options.even_batches)
-        dataset = (LaneDataset(driver.program, spec, whole, delivered, sharded.data, **stream) if sharded is not None
-                   else StreamDataset(driver.program, spec, whole, delivered, **stream))
-        dataset.exclude = skipped
+        stream: dict[str, Any] = dict(skip=skip, collate_fn=options.collate_fn, nodes=driver.graph.nodes,
+                                      exclude=skipped, collated=batches)
+        dataset = (LaneDataset(driver.program, spec, whole, delivered, sharded.data, options.order(),
+                               workers=options.num_workers, **stream) if sharded is not None
+                   else StreamDataset(driver.program, spec, whole, delivered, options.order(), **stream))
     else:
         dataset = PassDataset(driver.program, spec, whole, index.items, delivered, options.seed, skip,
                               options.collate_fn, nodes=driver.graph.nodes)
         indices = [i for i in range(len(index.items)) if i not in skipped]
     # Collect results given by name (e.g. a validation loader fed the training statistics)
     # are part of what the loader was built with.
-    given = {n: values[n] for n in replaced if analysis.roles.get(n) is Role.COLLECT}
+    given = {n: values[n] for n in call.replaced if analysis.roles.get(n) is Role.COLLECT}
     return dataset, indices, {**given, **run.collected()}, recorder, step
 
 
@@ -293,20 +314,28 @@ def build_loader(
     device: Any = None,
 ) -> DataLoader:
     """The ``flowdata.DataLoader`` of ``Driver.dataloader()``."""
-    dataset, indices, stats, recorder, step = build_dataset(driver, outputs, inputs, options)
-    sampler = None
-    evening = None
-    if isinstance(dataset, LaneDataset) and options.even_batches:
-        ranks = ranks_of(options.rank, options.world_size, warn=False)  # warned when the dataset was built
-        if ranks is not None:  # every rank builds its group here, in the same order
-            evening = Evening(ranks, dataset.spec.group)
-    if isinstance(dataset, PassDataset):  # map-style: the sampler in this process decides the order
-        sampler = EpochBatches(indices, options.batch_size, shuffle=options.shuffle, seed=options.seed,
-                               rank=options.rank, world_size=options.world_size, drop_last=options.drop_last,
-                               even=options.even_batches)
-    return DataLoader(
-        dataset, sampler, num_workers=options.num_workers, prefetch_factor=prefetch_factor, pin_memory=pin_memory,
-        persistent_workers=persistent_workers, multiprocessing_context=options.multiprocessing_context,
-        worker_init_fn=worker_init_fn, stats=stats, recorder=recorder, progress=options.progress, seed=options.seed,
-        device=device, batch_step=step, evening=evening,
-    )
+    # Workers whose node does not let go of a sample past the timeout are ended: the watch
+    # is the loader's (closed with it), its folder part of the pass the workers run.
+    watch = Watch(options.timeout) if options.timeout is not None and options.num_workers > 0 else None
+    try:
+        dataset, indices, stats, recorder, step = build_dataset(
+            driver, outputs, inputs, options, watch=watch.folder if watch is not None else None)
+        sampler = None
+        evening = None
+        if isinstance(dataset, LaneDataset) and options.even_batches:
+            ranks = ranks_of(options.rank, options.world_size, warn=False)  # warned when the dataset was built
+            if ranks is not None:  # every rank builds its group here, in the same order
+                evening = Evening(ranks, dataset.spec.group)
+        if isinstance(dataset, PassDataset):  # map-style: the sampler in this process decides the order
+            sampler = EpochBatches(indices, options.order())
+        return DataLoader(
+            dataset, sampler, num_workers=options.num_workers, prefetch_factor=prefetch_factor,
+            pin_memory=pin_memory, persistent_workers=persistent_workers,
+            multiprocessing_context=options.multiprocessing_context, worker_init_fn=worker_init_fn, stats=stats,
+            recorder=recorder, progress=options.progress, seed=options.seed, device=device, batch_step=step,
+            evening=evening, watch=watch,
+        )
+    except BaseException:
+        if watch is not None:
+            watch.close()
+        raise

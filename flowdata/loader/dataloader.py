@@ -4,11 +4,15 @@ It fetches whole collated batches (one message per batch) from the datasets of
 :mod:`flowdata.loader.datasets`, reports each batch through the engine's
 :class:`~flowdata.run.passes.Recorder` (failures raised with their context, skips
 recorded), and saves and restores its position (``state_dict``/``load_state_dict``).
+
+It knows no dataset kind: the epoch's position is owned by what orders the epoch (its
+batch sampler, else its dataset), through the contract of :mod:`flowdata.loader.position`;
+the loader tells it where an iteration starts and which batches it handed out, and its
+``state_dict()`` is that position's ``state()``.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import logging
 import pickle
@@ -20,13 +24,13 @@ from typing import Any
 import torch
 from torch.utils.data import DataLoader as TorchDataLoader
 
-from flowdata.cache import say
-from flowdata.errors import FlowdataError, describe
+from flowdata.errors import FlowdataError, WorkerDied, describe
+from flowdata.run.caching.passcache import say
 from flowdata.loader.accelerate import Prepared
-from flowdata.loader.datasets import BatchView, LaneDataset
+from flowdata.loader.datasets import BatchView
 from flowdata.loader.evening import Evening
-from flowdata.loader.lanes import Lane, resumed, served_of
 from flowdata.loader.order import EpochBatches, EpochSampler
+from flowdata.loader.position import Position
 from flowdata.loader.wire import Batch
 from flowdata.report import Report
 from flowdata.run.batches import BatchStep
@@ -83,6 +87,10 @@ class DataLoader(TorchDataLoader):  # type: ignore[type-arg]
     batch nodes among the outputs are computed here, on each collated batch, after it was
     moved to ``device``.
 
+    ``dataset`` is a flowdata dataset built for it (a stream yielding collated batches);
+    ``sampler``, for a map-style one, the :class:`~flowdata.loader.order.EpochBatches`
+    that orders it. That sampler, else the stream, owns the epoch's position.
+
     Attributes:
         stats: Results of the Collect nodes computed before the first batch (pass 1).
         report: Samples seen and skipped, and per-node time and calls, from the workers.
@@ -106,17 +114,15 @@ class DataLoader(TorchDataLoader):  # type: ignore[type-arg]
         device: Any = None,
         batch_step: BatchStep | None = None,
         evening: Evening | None = None,
+        watch: Watch | None = None,
     ):
         self.flow_dataset = dataset
+        # Who owns the epoch's position: what orders the epoch (flowdata.loader.position).
+        self._position: Position = sampler if sampler is not None else dataset
         self._evening = evening  # a stream in shards evened out between ranks (flowdata.loader.evening)
-        self._watch: Watch | None = None
-        if dataset.spec.timeout is not None and num_workers > 0:
-            # Workers whose node does not let go of a sample past the timeout are ended.
-            self._watch = Watch(dataset.spec.timeout)
-            dataset.spec = dataclasses.replace(dataset.spec, watch=self._watch.folder)
-            weakref.finalize(self, self._watch.close)
-        if sampler is None:
-            dataset.emit_batches = True  # the stream yields whole collated batches to us
+        self._watch = watch  # ends workers whose node does not let go of a sample past the timeout
+        if watch is not None:
+            weakref.finalize(self, watch.close)
         super().__init__(
             dataset if sampler is None else BatchView(dataset),
             batch_size=None if sampler is None else 1,
@@ -145,18 +151,10 @@ class DataLoader(TorchDataLoader):  # type: ignore[type-arg]
         self.progress = progress
         self.device = torch.device(device) if device is not None else None
         self.batch_step = batch_step
-        self._served = 0
-        self._lane_served: dict[int, int] = {}  # a stream in shards: batches served of each lane
-        self._resume_lanes: tuple[list[Lane], dict[int, int], int | None] | None = None  # set by load_state_dict
-        self._last_lane: int | None = None  # a stream in shards: the lane of the last batch served
-        self._epoch = 0
-        self._resume_at = 0  # set by load_state_dict for the next iteration only
-        self._resume_padding = 0  # padding batches among those (an evened stream in shards)
-        self._finished = False  # the last iteration ran to the end of its epoch
+        self._restored = False  # load_state_dict() set where the next iteration (only) starts
 
     _accelerate: Prepared | None = None
     end_of_dataloader = False  # read by Accelerate (see flowdata.loader.accelerate)
-    _stream_remainder = 0  # an evened stream's last round, once its last batch arrived
     _padding_seen: dict[int, int] | None = None  # padding rows of the batches of this epoch delivered so far
 
     @property
@@ -164,11 +162,9 @@ class DataLoader(TorchDataLoader):  # type: ignore[type-arg]
         """Samples of the last, partial round of batches across the ranks (what Accelerate's
         ``gather_for_metrics`` keeps of the ranks' last batches gathered): 0 when no sample
         is repeated to even out the ranks."""
-        if self.flow_sampler is not None:
-            return self.flow_sampler.remainder
         if self._evening is not None:
             return self._evening.remainder
-        return self._stream_remainder
+        return self._position.remainder
 
     def padding(self, batch: int) -> int:
         """How many rows at the end of batch ``batch`` (counted from 0) of this rank's
@@ -194,8 +190,8 @@ class DataLoader(TorchDataLoader):  # type: ignore[type-arg]
     @_is_accelerate_prepared.setter
     def _is_accelerate_prepared(self, value: bool) -> None:
         if value and self._accelerate is None:
-            s: Any = self.flow_sampler if self.flow_sampler is not None else self.flow_dataset
-            self._accelerate = Prepared(s.world_size, s.rank)
+            order = self._position.order
+            self._accelerate = Prepared(order.world_size, order.rank)
             if self.device is None:  # dataloader(device=...) not given
                 self.device = self._accelerate.device
 
@@ -226,31 +222,20 @@ class DataLoader(TorchDataLoader):  # type: ignore[type-arg]
         Without ``set_epoch``, iterating the loader again after a complete epoch starts the
         next epoch (a new shuffle, as torch's ``shuffle=True`` gives).
         """
-        if int(epoch) == self._epoch and self._resume_at:
+        if int(epoch) == self.epoch and self._restored:
             return
-        self._epoch = int(epoch)
-        self._resume_at = 0
-        self._finished = False
-        self._start_at(0)
-
-    def _start_at(self, batch: int) -> None:
-        if self.flow_sampler is not None:
-            self.flow_sampler.epoch = self._epoch
-            self.flow_sampler.start = batch
-        elif isinstance(self.flow_dataset, LaneDataset):
-            self.flow_dataset.epoch = self._epoch
-            lanes, done, last = self._resume_lanes if batch and self._resume_lanes is not None else (None, {}, None)
-            self.flow_dataset.lanes, self.flow_dataset.done = lanes, dict(done)
-            self._lane_served, self._last_lane = dict(done), last
-        else:
-            self.flow_dataset.epoch = self._epoch
-            self.flow_dataset.skip_batches = batch
-        self._served = batch
+        self._restored = False
+        self._position.start_epoch(int(epoch))
 
     @property
     def epoch(self) -> int:
         """The current epoch."""
-        return self._epoch
+        return self._position.order.epoch
+
+    @property
+    def _served(self) -> int:
+        """Batches of the current epoch handed out."""
+        return self._position.served
 
     def __len__(self) -> int:
         if self.flow_sampler is None:
@@ -258,16 +243,15 @@ class DataLoader(TorchDataLoader):  # type: ignore[type-arg]
         return len(self.flow_sampler)
 
     def __iter__(self) -> Iterator[Any]:  # type: ignore[override]
-        if self._finished and not self._resume_at:
-            self._epoch += 1  # iterated again after a complete epoch: the next one
-        start, self._resume_at = self._resume_at, 0
-        padding_start, self._resume_padding = (self._resume_padding if start else 0), 0
-        self._finished = False
-        self._start_at(start)
+        position = self._position
+        if not self._restored:
+            # Iterated again after a complete epoch: the next one; else this epoch over.
+            position.start_epoch(position.order.epoch + 1 if position.ended else position.order.epoch)
+        self._restored = False
+        start = position.served
         self._padding_seen = {}  # kept after the epoch: padding(b) of a stream's batches delivered
-        self._stream_remainder = 0  # until an evened stream's last batch says otherwise
         total = len(self.flow_sampler) if self.flow_sampler is not None else None
-        bar = progress_bar(self.progress, total, start, f"epoch {self._epoch}")
+        bar = progress_bar(self.progress, total, start, f"epoch {self.epoch}")
         skipped_before = len(self.report.skipped)
         accelerate = self._accelerate
         if accelerate is not None:
@@ -278,7 +262,7 @@ class DataLoader(TorchDataLoader):  # type: ignore[type-arg]
             with sigint_deferred():  # starting the workers forks them (see sigint_deferred)
                 it = self._start_workers()
             if self._evening is not None:  # one exchange between the ranks per batch
-                it = self._evening.batches(it, padding_start)
+                it = self._evening.batches(it)
             # The last batch is known before it is delivered (Accelerate reads that): by the
             # count, or, streaming, by fetching one batch ahead.
             ahead = accelerate is not None and total is None
@@ -286,7 +270,7 @@ class DataLoader(TorchDataLoader):  # type: ignore[type-arg]
             while batch is not None:
                 following = next(it, None) if ahead else None
                 self._account(batch)
-                self._served += 1
+                position.delivered(batch)
                 if bar is not None:
                     bar.update(1)
                 if accelerate is not None:
@@ -294,7 +278,7 @@ class DataLoader(TorchDataLoader):  # type: ignore[type-arg]
                 data = batch.data if self.device is None else _to_device(batch.data, self.device, self.pin_memory)
                 if self.batch_step is not None:  # batch nodes: here, after collation, on the device
                     data = self.batch_step(data, batch.indices, functools.partial(self._where, batch, self._served - 1),
-                                           self.seed, self._epoch)
+                                           self.seed, self.epoch)
                 yield data
                 batch = following if ahead else next(it, None)
         except GeneratorExit:
@@ -325,9 +309,8 @@ class DataLoader(TorchDataLoader):  # type: ignore[type-arg]
                 accelerate.end(self)
         new = len(self.report.skipped) - skipped_before
         if new:
-            _log.warning("epoch %d: %d samples skipped (%s)", self._epoch, new, self.report.summary())
-        self._start_at(0)
-        self._finished = True
+            _log.warning("epoch %d: %d samples skipped (%s)", self.epoch, new, self.report.summary())
+        position.end_epoch()
 
     def _start_workers(self) -> Iterator[Batch]:
         """torch's iterator; workers that are not forked receive the dataset pickled, and
@@ -350,9 +333,6 @@ class DataLoader(TorchDataLoader):  # type: ignore[type-arg]
     def _account(self, batch: Batch) -> None:
         if batch.error is not None:
             raise batch.error.with_traceback(None)
-        if batch.lane is not None:
-            self._lane_served[batch.lane] = self._lane_served.get(batch.lane, 0) + 1
-            self._last_lane = batch.lane
         spec = self.flow_dataset.spec
         if batch.cache:
             self.recorder.report.add_cache(batch.cache)
@@ -360,8 +340,6 @@ class DataLoader(TorchDataLoader):  # type: ignore[type-arg]
             self.recorder.report.padded += batch.padding
         if self._padding_seen is not None:
             self._padding_seen[self._served] = batch.padding
-        if batch.remainder >= 0:
-            self._stream_remainder = batch.remainder
         if batch.notes:
             say(batch.notes)
         try:
@@ -373,7 +351,7 @@ class DataLoader(TorchDataLoader):  # type: ignore[type-arg]
     def _where(self, batch: Batch, number: int) -> str:
         """Which batch this is, for a batch node's error (built only when there is one)."""
         samples = f" (samples {_ranges(sorted(batch.indices), 4)})" if batch.indices else ""
-        return f"batch {number} of epoch {self._epoch}{samples}"
+        return f"batch {number} of epoch {self.epoch}{samples}"
 
     def _worker_died(self, exc: BaseException) -> FlowdataError:
         stuck = self._watch.take() if self._watch is not None else []
@@ -386,9 +364,10 @@ class DataLoader(TorchDataLoader):  # type: ignore[type-arg]
             held = self.flow_sampler.batches()[self._served : self._served + ahead]
             held_batches = f"{self._served}..{self._served + len(held) - 1}"
             samples = f" (samples {_ranges(sorted(i for b in held for i in b))})"
-        return FlowdataError(
+        # The class execute() raises for a dead pool worker: one except clause catches both.
+        return WorkerDied(
             f"a DataLoader worker died ({describe(exc)}) while the loader waited for batch "
-            f"{self._served} of epoch {self._epoch}; the workers held batches {held_batches}{samples}\n"
+            f"{self._served} of epoch {self.epoch}; the workers held batches {held_batches}{samples}\n"
             "  fix: check memory use or native crashes in those samples' nodes; "
             "driver.run_sample([...], index=...) runs one in this process"
         )
@@ -404,148 +383,25 @@ class DataLoader(TorchDataLoader):  # type: ignore[type-arg]
                              stuck.error(spec.timeout, "DataLoader worker", ", which ends the epoch"))
         return failure_error(failure, spec.group, spec.number, f"pid {stuck.pid}")
 
-    def _identity_state(self) -> dict[str, Any]:
-        if self.flow_sampler is not None:
-            s = self.flow_sampler
-            return {
-                "streaming": False,
-                "seed": s.seed,
-                "shuffle": s.shuffle,
-                "batch_size": s.batch_size,
-                "num_samples": len(s.indices),
-                "rank": s.rank,
-                "world_size": s.world_size,
-                "drop_last": s.drop_last,
-                **({"even_batches": s.even} if s.world_size > 1 else {}),
-            }
-        d: Any = self.flow_dataset
-        shards = {"num_shards": d.num_shards} if isinstance(d, LaneDataset) else {}
-        return {
-            **shards,
-            "shuffle_buffer": d.shuffle_buffer,
-            "streaming": True,
-            "seed": d.seed,
-            "shuffle": d.shuffle,
-            "batch_size": d.batch_size,
-            "rank": d.rank,
-            "world_size": d.world_size,
-            "drop_last": d.drop_last,
-            **({"even_batches": d.even} if d.world_size > 1 and not isinstance(d, LaneDataset) else {}),
-        }
-
     def state_dict(self) -> dict[str, Any]:
-        """The position in the epoch (batches served so far), and what fixes the order.
+        """The position in the epoch (batches served so far), and what fixes the order:
+        plain values (what they are for each kind of dataset: :mod:`flowdata.loader.position`).
 
         Taken after an iteration ran to the end of its epoch (the usual place: after the
         epoch's ``for`` loop), it is the start of the next epoch, so a resumed training loop
         trains every epoch exactly once.
         """
-        if self._finished:
-            return {"version": 1, "epoch": self._epoch + 1, "batches_served": 0, **self._identity_state()}
-        state = {"version": 1, "epoch": self._epoch, "batches_served": self._served, **self._identity_state()}
-        d = self.flow_dataset
-        if isinstance(d, LaneDataset) and self._served:
-            # The position of a stream in shards: batches served of each of this rank's lanes
-            # (their layout saved too, so that any number of workers can take them over).
-            lanes = d.lanes if d.lanes is not None else d.rank_lanes(max(1, self.num_workers))
-            state["lanes"] = {str(lane.number): lane.to_state() for lane in lanes}
-            state["lane_batches"] = {str(k): v for k, v in sorted(self._lane_served.items())}
-            state["last_lane"] = self._last_lane  # where the next batch comes from (see lanes.resumed)
-            if self._evening is not None and self._evening.padding_batches:
-                # Batches that only repeat rows (evened out): no lane served them.
-                state["padding_batches"] = self._evening.padding_batches
-        return state
-
-    def _stream_holds(self, epoch: int, served: int) -> int:
-        """The batches this rank's stream holds in ``epoch``, counted up to ``served``: its
-        items are read in this process (nothing is computed), as far as a resume at
-        ``served`` reads them in each worker anyway; an endless stream stops there."""
-        d: Any = self.flow_dataset
-        before = d.epoch
-        d.epoch = epoch  # the shuffle of that epoch
-        batches = d.batches()
-        try:
-            return _count_batches(batches, served)
-        finally:
-            batches.close()  # the source's generator ends here, not when collected
-            d.epoch = before
+        return self._position.state()
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Resumes at the batch after the last one served, without recomputing earlier ones.
 
         The loader must have been built with the same data, seed, shuffle, batch size and
-        ranks; ``num_workers`` may differ.
+        ranks; ``num_workers`` may differ. A state that does not fit is refused with a
+        ``FlowdataError``, and the loader keeps its position.
         """
-        mine = self._identity_state()
-        differ = {k: (state.get(k), v) for k, v in mine.items() if state.get(k) != v}
-        if differ:
-            what = ", ".join(f"{k}: saved {a!r}, now {b!r}" for k, (a, b) in differ.items())
-            raise FlowdataError(
-                f"cannot resume: this loader differs from the saved one ({what})\n"
-                "  fix: build the loader with the same data and arguments (num_workers may differ)"
-            )
-        epoch, served = state.get("epoch"), state.get("batches_served")
-        total = len(self.flow_sampler) if self.flow_sampler is not None else None
-        if (state.get("version") != 1 or not _count(epoch) or not _count(served)
-                or (total is not None and served > total)):  # type: ignore[operator]
-            raise FlowdataError(
-                f"cannot resume: the saved position is impossible (version {state.get('version')!r}, epoch "
-                f"{epoch!r}, batches_served {served!r}"
-                + (f" of {total} batches per epoch" if total is not None else "") + ")\n"
-                "  fix: pass a state_dict() of a flowdata.DataLoader as it was saved"
-            )
-        if self.flow_sampler is None and not isinstance(self.flow_dataset, LaneDataset) and served:
-            held = self._stream_holds(int(epoch), int(served))  # type: ignore[arg-type]
-            if held < served:
-                raise FlowdataError(
-                    f"cannot resume: the saved position is impossible (version {state.get('version')!r}, epoch "
-                    f"{epoch!r}, batches_served {served!r} of {held} batches in that epoch of the stream of source "
-                    f"'{self.flow_dataset.spec.group}')\n"
-                    "  fix: pass a state_dict() of a flowdata.DataLoader as it was saved, over the same data"
-                )
-        self._resume_lanes = None
-        self._resume_padding = 0
-        if isinstance(self.flow_dataset, LaneDataset) and served:
-            padding = state.get("padding_batches", 0)
-            if not _count(padding) or padding > served:
-                raise FlowdataError(
-                    f"cannot resume: the saved position of the stream in shards is impossible (padding_batches "
-                    f"{padding!r} of batches_served {served!r})\n"
-                    "  fix: pass a state_dict() of a flowdata.DataLoader as it was saved")
-            self._resume_lanes = _saved_lanes(state, int(served) - int(padding))
-            self._resume_padding = int(padding)
-        self._epoch = int(epoch)  # type: ignore[arg-type]
-        self._resume_at = int(served)  # type: ignore[arg-type]
-        self._finished = False
-        self._start_at(self._resume_at)
-
-def _count_batches(batches: Iterator[Any], at_most: int) -> int:
-    """How many of ``batches`` there are, counting no further than ``at_most``."""
-    held = 0
-    for _ in batches:
-        held += 1
-        if held >= at_most:
-            break
-    return held
-
-
-def _saved_lanes(state: Mapping[str, Any], served: int) -> tuple[list[Lane], dict[int, int], int | None]:
-    """The lanes (in the order the workers take them), their served batches and the lane
-    of the last batch served, of a stream in shards' ``state_dict()``."""
-    try:
-        lanes = [Lane.from_state(int(k), v) for k, v in state["lanes"].items()]
-        done = served_of(state["lane_batches"])
-        if sum(done.values()) != served or not set(done) <= {lane.number for lane in lanes}:
-            raise ValueError("the batches served of each lane do not add up")
-        last = state.get("last_lane")  # absent from a state saved before it was kept
-        if last is not None and not done.get(int(last)):
-            raise ValueError(f"the last batch came from lane {last!r}, which served none")
-    except (KeyError, TypeError, ValueError, AttributeError) as exc:
-        raise FlowdataError(
-            f"cannot resume: the saved position of the stream in shards is incomplete or impossible ({exc})\n"
-            "  fix: pass a state_dict() of a flowdata.DataLoader as it was saved"
-        ) from None
-    return resumed(lanes, None if last is None else int(last)), done, None if last is None else int(last)
+        self._position.restore(state)
+        self._restored = True
 
 
 def _to_device(x: Any, device: torch.device, non_blocking: bool) -> Any:
@@ -558,10 +414,6 @@ def _to_device(x: Any, device: torch.device, non_blocking: bool) -> Any:
         moved = [_to_device(v, device, non_blocking) for v in x]
         return type(x)(*moved) if hasattr(x, "_fields") else type(x)(moved)  # a named tuple takes fields
     return x
-
-
-def _count(x: object) -> bool:
-    return isinstance(x, int) and not isinstance(x, bool) and x >= 0
 
 
 def _forget_workers(it: Any) -> None:

@@ -2,7 +2,7 @@
 
 Both compute *whole batches* with the engine's kernel (:func:`flowdata.run.kernel.run_chunk`),
 column by column, and rebuild the nodes once per worker process
-(:func:`flowdata.run.worker.nodes_for`); both pickle as plain data (module names, config,
+(:func:`flowdata.run.executors.worker.nodes_for`); both pickle as plain data (module names, config,
 values), so they work under ``spawn``.
 
 - :class:`PassDataset` (map-style) holds the item index; the loader's sampler
@@ -27,9 +27,8 @@ engine's :class:`~flowdata.run.passes.Recorder`.
 from __future__ import annotations
 
 import dataclasses
-
 import os
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
 from typing import Any
 
 from torch.utils.data import Dataset, IterableDataset, get_worker_info
@@ -39,11 +38,12 @@ from flowdata.errors import FlowdataError, NodeError, describe, user_traceback
 from flowdata.node import Node
 from flowdata.run.kernel import ChunkResult, Failure, PassSpec, run_chunk
 from flowdata.run.passes import failure_error
-from flowdata.run.shards import ShardedSource
-from flowdata.run.source import ItemIndex, call_source
-from flowdata.run.worker import nodes_for
-from flowdata.loader.lanes import Lane, interleaved, lane_batches, layout
-from flowdata.loader.order import stream_batches
+from flowdata.run.sources.sharded import ShardedSource
+from flowdata.run.sources.adapters import ItemIndex, call_source
+from flowdata.run.executors.worker import nodes_for
+from flowdata.loader.lanes import Lane, interleaved, lane_batches, layout, saved_lanes
+from flowdata.loader.order import EpochOrder, stream_batches
+from flowdata.loader.position import Position, count
 from flowdata.loader.wire import Batch, CollateError, collate
 
 __all__ = ["BatchView", "LaneDataset", "PassDataset", "PassWork", "StreamDataset"]
@@ -128,7 +128,7 @@ class PassWork:
     def _rows(self, result: ChunkResult) -> list[dict[str, Any]]:
         """One dict of outputs per sample; a failing or skipped sample raises ``SampleError``."""
         if result.notes:  # no loader around it (dataset() under a plain DataLoader): said here
-            from flowdata.cache import say
+            from flowdata.run.caching.passcache import say
 
             say(result.notes)
         failure = result.failure or (result.skipped[0] if result.skipped else None)
@@ -209,12 +209,28 @@ class PassDataset(PassWork, Dataset[dict[str, Any]]):
 
     def __getitem__(self, i: int) -> dict[str, Any]:
         """One sample's outputs (epoch 0), as the nodes returned them (not collated)."""
-        return self.rows([int(i)], 0)[0]
+        return self.rows(self._positions([i]), 0)[0]
 
     def __getitems__(self, indices: Sequence[int]) -> list[dict[str, Any]]:
         """Several samples' outputs, computed column by column (a plain torch DataLoader
         calls this with a batch of indices, then its own ``collate_fn``)."""
-        return self.rows(list(indices), getattr(indices, "epoch", 0))
+        return self.rows(self._positions(indices), getattr(indices, "epoch", 0))
+
+    def _positions(self, indices: Sequence[int]) -> list[int]:
+        """Sample indices, a negative one counted from the end as a list counts it.
+
+        One rule for every index kind: each adapter answered a position past the end its
+        own way (an ``IndexError``, a ``NodeError`` of the source, an empty row), and a
+        negative one became its sample index (another ``sample_rng``) or an error.
+        """
+        size = len(self.index)
+        positions = []
+        for i in indices:
+            p = int(i)
+            if not -size <= p < size:
+                raise IndexError(f"sample {p} is out of range: the dataset has {size} samples (0 to {size - 1})")
+            positions.append(p % size)
+        return positions
 
     def rows(self, indices: list[int], epoch: int) -> list[dict[str, Any]]:
         """Outputs of ``indices`` as one dict per sample; a failing sample raises ``SampleError``."""
@@ -249,27 +265,25 @@ class BatchView(Dataset[Batch]):
         return self.base.compute([int(i)], 0)
 
 
-class StreamWork(PassWork, IterableDataset[Any]):
-    """What both streaming datasets share: how the epoch is cut and how a batch is
-    delivered (collated for ``flowdata.DataLoader``, one dict per sample otherwise).
+class StreamWork(Position, PassWork, IterableDataset[Any]):
+    """What both streaming datasets share: how a batch is delivered (collated for
+    ``flowdata.DataLoader``, one dict per sample otherwise), and the position of the epoch,
+    which a stream owns (:class:`~flowdata.loader.position.Position`): its workers cut the
+    epoch into batches and skip those served before a resume.
 
     Args:
         program: How to rebuild the nodes in a worker.
         spec: The pass (the group's last pass, which yields the outputs).
         whole: Whole values the pass and the source read.
         outputs: Output names.
-        seed: Seed of the shuffle and of ``sample_rng``.
+        order: The order of the epochs (its ``seed`` also seeds ``sample_rng``), and the
+            epoch to start with.
         skip: Leave failing samples out instead of failing the batch.
         collate_fn: Optional user collate function over a list of per-sample dicts.
-        batch_size: Samples per batch.
-        drop_last: Drop the last incomplete batch (of the epoch, or of each lane).
-        shuffle: Pass items through a seeded shuffle buffer.
-        shuffle_buffer: Items the buffer holds.
-        rank: This process's rank.
-        world_size: Number of ranks.
         nodes: The nodes, in this process.
-        even: Even out the ranks' batches by padding (:class:`StreamDataset` only: a
-            stream in shards cannot know the other ranks' counts).
+        exclude: Samples skipped in an earlier pass, left out of every epoch.
+        collated: Yield whole collated :class:`~flowdata.loader.wire.Batch` objects (what
+            ``flowdata.DataLoader`` reads), not one dict per sample (any other consumer).
     """
 
     def __init__(
@@ -278,36 +292,29 @@ class StreamWork(PassWork, IterableDataset[Any]):
         spec: PassSpec,
         whole: Mapping[str, Any],
         outputs: Sequence[str],
+        order: EpochOrder,
         *,
-        seed: int,
         skip: bool,
         collate_fn: Collate | None,
-        batch_size: int,
-        drop_last: bool,
-        shuffle: bool,
-        shuffle_buffer: int,
-        rank: int,
-        world_size: int,
         nodes: Mapping[str, Node] | None = None,
-        even: bool = False,
+        exclude: frozenset[int] = frozenset(),
+        collated: bool = False,
     ):
-        super().__init__(program, spec, whole, outputs, seed, skip, collate_fn, nodes)
-        self.even = even
-        self.batch_size = batch_size
-        self.drop_last = drop_last
-        self.shuffle = shuffle
-        self.shuffle_buffer = max(1, shuffle_buffer)
-        self.rank = rank
-        self.world_size = world_size
-        self.epoch = 0
-        self.exclude: frozenset[int] = frozenset()  # samples skipped in an earlier pass
-        self.emit_batches = False  # flowdata.DataLoader asks for collated batches
+        super().__init__(program, spec, whole, outputs, order.seed, skip, collate_fn, nodes)
+        self.order = order
+        self.exclude = exclude
+        self.collated = collated
+
+    def identity(self) -> dict[str, Any]:
+        o = self.order
+        return {"shuffle_buffer": o.shuffle_buffer, "streaming": True, "seed": o.seed, "shuffle": o.shuffle,
+                "batch_size": o.batch_size, "rank": o.rank, "world_size": o.world_size, "drop_last": o.drop_last}
 
     def _compute(self, indices: list[int], items: list[Any]) -> Batch:
         """One batch computed: collated (the loader's path), or its rows."""
-        if self.emit_batches:
-            return self.batch(indices, items, self.epoch)
-        return Batch(self._rows(self.columns(indices, items, self.epoch)), [], [], None, {}, "")
+        if self.collated:
+            return self.batch(indices, items, self.order.epoch)
+        return Batch(self._rows(self.columns(indices, items, self.order.epoch)), [], [], None, {}, "")
 
     def _computed(self) -> Iterator[Batch]:
         raise NotImplementedError
@@ -317,14 +324,14 @@ class StreamWork(PassWork, IterableDataset[Any]):
         one dict of outputs per sample (as the nodes returned them)."""
         try:
             for batch in self._computed():
-                if self.emit_batches:
+                if self.collated:
                     yield batch
                 elif batch.error is not None:
                     raise batch.error
                 else:
                     yield from batch.data
         except FlowdataError as exc:
-            if not self.emit_batches:
+            if not self.collated:
                 raise
             # A failing source: sent as data, so that the loader raises it as it is (torch
             # re-raises a worker's exception as a RuntimeError of its text).
@@ -334,28 +341,67 @@ class StreamWork(PassWork, IterableDataset[Any]):
 class StreamDataset(StreamWork):
     """A streaming pass: the source is opened in each worker (see the module docstring).
 
-    Arguments as :class:`StreamWork`'s.
+    Arguments as :class:`StreamWork`'s. Its position is the epoch and the batches served;
+    a resume skips those by replaying only the item bookkeeping.
     """
 
-    skip_batches = 0  # batches already served (resume), across workers
+    _skip = 0  # batches the next iteration skips (served before a resume), across workers
+    _remainder = 0  # of an evened epoch, once its last batch was delivered
+
+    def identity(self) -> dict[str, Any]:
+        o = self.order
+        return {**super().identity(), **({"even_batches": o.even} if o.world_size > 1 else {})}
+
+    @property
+    def remainder(self) -> int:
+        return self._remainder
+
+    def delivered(self, batch: Batch) -> None:
+        super().delivered(batch)
+        if batch.remainder >= 0:  # the epoch's last round, evened out: its samples
+            self._remainder = batch.remainder
+
+    def _begin(self, order: EpochOrder, served: int, saved: Mapping[str, Any]) -> None:
+        if served:
+            held = self._holds(order, served)
+            if held < served:
+                raise FlowdataError(
+                    f"cannot resume: the saved position is impossible (version {saved.get('version')!r}, epoch "
+                    f"{order.epoch!r}, batches_served {served!r} of {held} batches in that epoch of the stream of "
+                    f"source '{self.spec.group}')\n"
+                    "  fix: pass a state_dict() of a flowdata.DataLoader as it was saved, over the same data"
+                )
+        self._skip, self._remainder = served, 0
+
+    def _holds(self, order: EpochOrder, served: int) -> int:
+        """The batches this rank's stream holds in ``order``'s epoch, counted up to
+        ``served``: its items are read in this process (nothing is computed), as far as a
+        resume at ``served`` reads them in each worker anyway; an endless stream stops there."""
+        batches = self.batches(order)
+        held = 0
+        try:
+            for _ in batches:
+                held += 1
+                if held >= served:
+                    break
+            return held
+        finally:
+            batches.close()  # the source's generator ends here, not when collected
 
     def _items(self) -> Iterator[Any]:
         source = self._get_nodes()[self.spec.group]
         kwargs = {p.name: self.whole[p.name] for p in source.params if p.name in self.whole}
         return call_source(source, kwargs).open()
 
-    def batches(self) -> Iterator[tuple[int, list[int], list[Any]]]:
-        """This rank's batches of the epoch, ``(number on this rank, indices, items)``, not computed."""
-        return stream_batches(
-            self._items(), batch_size=self.batch_size, drop_last=self.drop_last, shuffle=self.shuffle,
-            shuffle_buffer=self.shuffle_buffer, seed=self.seed, epoch=self.epoch, rank=self.rank,
-            world_size=self.world_size, exclude=self.exclude, even=self.even,
-        )
+    def batches(self, order: EpochOrder | None = None) -> Generator[tuple[int, list[int], list[Any]], None, None]:
+        """This rank's batches of the epoch (``order``'s, else the current one), ``(number on
+        this rank, indices, items)``, not computed."""
+        yield from stream_batches(self._items(), order or self.order, self.exclude)
 
     def _computed(self) -> Iterator[Batch]:
         info = get_worker_info()
         worker, workers = (0, 1) if info is None else (info.id, info.num_workers)
-        start = self.skip_batches
+        start = self._skip
         for j, indices, items in self.batches():
             # torch asks the workers in turn, starting with worker 0: worker w makes the
             # batches start + w, start + w + workers, ... so they arrive in order.
@@ -369,21 +415,64 @@ class LaneDataset(StreamWork):
     (see :mod:`flowdata.loader.lanes`); nothing is read in the main process.
 
     ``data`` is what the source returned (a ``datasets.IterableDataset``, ...), pickled to
-    the workers, each of which reads only its lanes' shards; the other arguments are
-    :class:`StreamWork`'s (``shuffle`` also shuffles the shard order, each lane has its own
-    buffer, ``drop_last`` drops each lane's last incomplete batch).
+    the workers, each of which reads only its lanes' shards; ``workers`` is the number of
+    DataLoader workers per rank that read it (the lanes of an epoch are laid out for
+    ``max(1, workers)`` consumers per rank); the other arguments are :class:`StreamWork`'s
+    (``shuffle`` also shuffles the shard order, each lane has its own buffer,
+    ``drop_last`` drops each lane's last incomplete batch). Its position is, besides the
+    batches served, the lanes of the epoch, the batches served of each, and the lane of
+    the last batch served.
     """
 
     def __init__(self, program: Program, spec: PassSpec, whole: Mapping[str, Any], outputs: Sequence[str],
-                 data: Any, **options: Any):
-        super().__init__(program, spec, whole, outputs, **options)
+                 data: Any, order: EpochOrder, *, workers: int = 0, **options: Any):
+        super().__init__(program, spec, whole, outputs, order, **options)
         if self._nodes is not None:  # the workers read the stream, not the source's inputs
             read = {p.name for name in spec.computes for p in self._nodes[name].params}
             self.whole = {k: v for k, v in self.whole.items() if k in read}
         self.data = data
         self.num_shards = int(data.num_shards)
-        self.lanes: list[Lane] | None = None  # this rank's lanes when resumed, else from the worker count
-        self.done: dict[int, int] = {}  # batches of each lane served before a resume
+        self.workers = workers
+        self._lanes: list[Lane] | None = None  # this rank's lanes when resumed, else from the worker count
+        self._done: dict[int, int] = {}  # batches of each lane served before a resume
+        self._lane_served: dict[int, int] = {}  # batches of each lane served this epoch
+        self._last_lane: int | None = None  # the lane of the last batch served (see lanes.resumed)
+
+    def identity(self) -> dict[str, Any]:
+        return {"num_shards": self.num_shards, **super().identity()}
+
+    def delivered(self, batch: Batch) -> None:
+        super().delivered(batch)
+        if batch.lane is not None:  # not a batch that only repeats rows to even out the ranks
+            self._lane_served[batch.lane] = self._lane_served.get(batch.lane, 0) + 1
+            self._last_lane = batch.lane
+
+    def _where(self) -> dict[str, Any]:
+        # The layout is saved too, so that any number of workers can take the lanes over.
+        lanes = self._lanes if self._lanes is not None else self.rank_lanes(max(1, self.workers))
+        where: dict[str, Any] = {
+            "lanes": {str(lane.number): lane.to_state() for lane in lanes},
+            "lane_batches": {str(k): v for k, v in sorted(self._lane_served.items())},
+            "last_lane": self._last_lane,  # where the next batch comes from (see lanes.resumed)
+        }
+        padding = self.served - sum(self._lane_served.values())
+        if padding:  # batches that only repeat rows (evened out): no lane served them
+            where["padding_batches"] = padding
+        return where
+
+    def _begin(self, order: EpochOrder, served: int, saved: Mapping[str, Any]) -> None:
+        lanes: list[Lane] | None = None
+        done: dict[int, int] = {}
+        last: int | None = None
+        if served:
+            padding = saved.get("padding_batches", 0)
+            if not count(padding) or padding > served:
+                raise FlowdataError(
+                    f"cannot resume: the saved position of the stream in shards is impossible (padding_batches "
+                    f"{padding!r} of batches_served {served!r})\n"
+                    "  fix: pass a state_dict() of a flowdata.DataLoader as it was saved")
+            lanes, done, last = saved_lanes(saved, served - padding)
+        self._lanes, self._done, self._lane_served, self._last_lane = lanes, dict(done), dict(done), last
 
     def unpicklable(self) -> str | None:
         """As :meth:`PassWork.unpicklable`, the stream itself first."""
@@ -401,17 +490,14 @@ class LaneDataset(StreamWork):
 
     def rank_lanes(self, consumers_per_rank: int) -> list[Lane]:
         """This rank's lanes of the epoch, for ``consumers_per_rank`` consumers on every rank."""
-        every = layout(self.num_shards, self.world_size * consumers_per_rank, shuffle=self.shuffle, seed=self.seed,
-                       epoch=self.epoch)
-        return [lane for lane in every if lane.number % self.world_size == self.rank]
+        o = self.order
+        every = layout(self.num_shards, o.world_size * consumers_per_rank, o)
+        return [lane for lane in every if lane.number % o.world_size == o.rank]
 
     def _lane(self, source: ShardedSource, lane: Lane) -> Iterator[Batch]:
-        skip = self.done.get(lane.number, 0)
+        skip = self._done.get(lane.number, 0)
         held = 0
-        for n, indices, items in lane_batches(
-            source, lane, batch_size=self.batch_size, drop_last=self.drop_last, shuffle=self.shuffle,
-            shuffle_buffer=self.shuffle_buffer, seed=self.seed, epoch=self.epoch, exclude=self.exclude,
-        ):
+        for n, indices, items in lane_batches(source, lane, self.order, self.exclude):
             held = n + 1
             if n < skip:
                 continue  # served before the resume: not computed
@@ -421,13 +507,13 @@ class LaneDataset(StreamWork):
         if held < skip:  # a lane's shards are read only here, so its position is checked here
             raise FlowdataError(
                 f"cannot resume: the saved position is impossible (lane {lane.number} of the stream of source "
-                f"'{self.spec.group}' served {skip} batches of epoch {self.epoch}, but it holds {held})\n"
+                f"'{self.spec.group}' served {skip} batches of epoch {self.order.epoch}, but it holds {held})\n"
                 "  fix: pass a state_dict() of a flowdata.DataLoader as it was saved, over the same data"
             )
 
     def _computed(self) -> Iterator[Batch]:
         info = get_worker_info()
         worker, workers = (0, 1) if info is None else (info.id, info.num_workers)
-        lanes = self.lanes if self.lanes is not None else self.rank_lanes(workers)
+        lanes = self._lanes if self._lanes is not None else self.rank_lanes(workers)
         source = ShardedSource(self._get_nodes()[self.spec.group], self.data)
         return interleaved([self._lane(source, lane) for j, lane in enumerate(lanes) if j % workers == worker])

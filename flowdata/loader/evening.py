@@ -43,7 +43,7 @@ from typing import Any
 
 from flowdata.errors import FlowdataError, RankError, describe
 from flowdata.loader.wire import Batch
-from flowdata.run.ranks import Ranks, _exchange, step_group
+from flowdata.run.distributed.ranks import Ranks, exchange, step_group
 
 __all__ = ["Evening", "repeat_rows", "rows_of"]
 
@@ -53,9 +53,10 @@ _WHERE = "evening out the ranks' batches of source '{}'"
 class Evening:
     """Evens out one loader's stream in shards between the ranks (see the module docstring).
 
+    Batches that repeat rows only carry no lane; the loader's position counts them as the
+    batches served that no lane served (``padding_batches`` of ``state_dict()``).
+
     Attributes:
-        padding_batches: Batches of the current epoch served that repeat rows only (the
-            position of a resumed loader counts them: its lanes served the others).
         remainder: What Accelerate's ``gather_for_metrics()`` keeps of the last step (see
             the module docstring); known once the epoch's last step has been exchanged.
     """
@@ -65,7 +66,6 @@ class Evening:
         self.world_size = ranks.world_size
         self.source = source
         self.ranks = Ranks(ranks.rank, ranks.world_size, step_group())
-        self.padding_batches = 0
         self.remainder = 0
         self._ended = True
 
@@ -76,9 +76,8 @@ class Evening:
         self._ended = False
         self.remainder = 0
 
-    def batches(self, it: Iterator[Batch], padding_batches: int = 0) -> Iterator[Batch]:
+    def batches(self, it: Iterator[Batch]) -> Iterator[Batch]:
         """``it``'s batches, evened out: as many on every rank, of the same sizes."""
-        self.padding_batches = padding_batches
         self._ended = False
         try:
             yield from self._evened(it)
@@ -99,7 +98,7 @@ class Evening:
             except BaseException:
                 self.fail()
                 raise
-            sizes, stashed = self._exchange(batch is not None, rows, stash is not None)
+            sizes, stashed = self.exchange(batch is not None, rows, stash is not None)
             has = [s >= 0 for s in sizes]
             if not any(has):
                 self._ended = True
@@ -123,7 +122,6 @@ class Evening:
                 yield batch
             else:
                 assert stash is not None or target == 0
-                self.padding_batches += 1
                 yield _padding_batch(stash, target, self.source)
 
     def fail(self) -> None:
@@ -133,13 +131,13 @@ class Evening:
             return
         self._ended = True
         try:
-            self._exchange(False, 0, False, failed=True)
+            self.exchange(False, 0, False, failed=True)
         except Exception:  # the others are gone too: this rank raises its own error anyway
             pass
 
     # --- the exchanges --------------------------------------------------------------------
 
-    def _exchange(self, has: bool, rows: int, stashed: bool, failed: bool = False) -> tuple[list[int], list[bool]]:
+    def exchange(self, has: bool, rows: int, stashed: bool, failed: bool = False) -> tuple[list[int], list[bool]]:
         """Every rank's rows (-1: no batch) and whether it holds a batch to repeat."""
         import torch
         import torch.distributed as dist
@@ -151,7 +149,7 @@ class Evening:
         mine[2 * w + r] = 1 if stashed else 0
         mine[3 * w + r] = 1 if failed else 0
         where = _WHERE.format(self.source)
-        with _exchange(self.ranks, where):
+        with exchange(self.ranks, where):
             dist.all_reduce(mine, op=dist.ReduceOp.MAX, group=self.ranks.group)
         every = [int(x) for x in mine.tolist()]
         lost = [p for p in range(w) if every[3 * w + p] and p != r]
@@ -163,19 +161,19 @@ class Evening:
 
     def _give(self, donor: int, batch: Batch | None) -> Batch:
         """The donor's batch, on every rank (one broadcast of its pickle)."""
-        from flowdata.run.ranks import _FAILED, _OK
+        from flowdata.run.distributed.ranks import FAILED, OK
 
-        status, message = _OK, b""
+        status, message = OK, b""
         if batch is not None:
             try:
                 message = pickle.dumps((batch.data, batch.indices), protocol=pickle.HIGHEST_PROTOCOL)
             except Exception as exc:
-                status, message = _FAILED, (
+                status, message = FAILED, (
                     f"its batch, to repeat on a rank that has none, cannot be pickled ({describe(exc)})").encode()
         where = _WHERE.format(self.source)
-        with _exchange(self.ranks, where):
+        with exchange(self.ranks, where):
             status, message = self.ranks._broadcast(donor, status, message)
-        if status != _OK:
+        if status != OK:
             self._ended = True
             raise RankError(donor, self.world_size, where, message.decode(errors="replace"),
                             fix="return picklable values from the nodes and collate_fn, or build the loader with "

@@ -1,6 +1,6 @@
 """The order of a stream in shards: lanes, each read by one consumer.
 
-A source in shards (:class:`~flowdata.run.shards.ShardedSource`, e.g. a
+A source in shards (:class:`~flowdata.run.sources.sharded.ShardedSource`, e.g. a
 ``datasets.IterableDataset``) is streamed by ``world_size x max(1, num_workers)``
 *consumers* (a DataLoader worker of one rank). At the start of an epoch the shards are put
 in order (seeded by (seed, epoch) when ``shuffle``) and dealt into one **lane** per
@@ -39,11 +39,12 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from flowdata.loader.order import _shuffled, cut_batches
-from flowdata.run.shards import ShardedSource
+from flowdata.errors import FlowdataError
+from flowdata.loader.order import EpochOrder, _shuffled, cut_batches
+from flowdata.run.sources.sharded import ShardedSource
 from flowdata.sample import sample_seed
 
-__all__ = ["Lane", "Slice", "lane_batches", "layout", "resumed"]
+__all__ = ["Lane", "Slice", "lane_batches", "layout", "resumed", "saved_lanes"]
 
 
 @dataclass(frozen=True)
@@ -72,36 +73,27 @@ class Lane:
         return cls(number, tuple(Slice(int(a), int(b), int(c)) for a, b, c in state))
 
 
-def layout(num_shards: int, consumers: int, *, shuffle: bool, seed: int, epoch: int) -> list[Lane]:
+def layout(num_shards: int, consumers: int, order: EpochOrder) -> list[Lane]:
     """The lanes of an epoch for ``consumers`` consumers in all (see the module docstring)."""
-    order = list(range(num_shards))
-    if shuffle:
-        random.Random(sample_seed(seed, epoch, -5)).shuffle(order)
+    shards = list(range(num_shards))
+    if order.shuffle:
+        random.Random(sample_seed(order.seed, order.epoch, -5)).shuffle(shards)
     if num_shards >= consumers:
-        return [Lane(c, tuple(Slice(order[k]) for k in range(c, num_shards, consumers))) for c in range(consumers)]
-    return [Lane(c, (Slice(order[c % num_shards], len(range(c % num_shards, consumers, num_shards)),
+        return [Lane(c, tuple(Slice(shards[k]) for k in range(c, num_shards, consumers))) for c in range(consumers)]
+    return [Lane(c, (Slice(shards[c % num_shards], len(range(c % num_shards, consumers, num_shards)),
                            c // num_shards),)) for c in range(consumers)]
 
 
 def lane_batches(
-    source: ShardedSource,
-    lane: Lane,
-    *,
-    batch_size: int,
-    drop_last: bool,
-    shuffle: bool,
-    shuffle_buffer: int,
-    seed: int,
-    epoch: int,
-    exclude: frozenset[int] = frozenset(),
+    source: ShardedSource, lane: Lane, order: EpochOrder, exclude: frozenset[int] = frozenset()
 ) -> Iterator[tuple[int, list[int], list[Any]]]:
     """One lane's batches, ``(number in the lane, indices, items)``, not computed."""
     pairs: Iterator[tuple[int, Any]] = (
         p for s in lane.slices for p in source.rows(s.shard, s.step, s.offset) if p[0] not in exclude)
-    if shuffle:
-        rng = random.Random(sample_seed(sample_seed(seed, epoch, -6), lane.number, -7))
-        pairs = _shuffled(pairs, max(1, shuffle_buffer), rng)
-    return cut_batches(pairs, batch_size, drop_last)
+    if order.shuffle:
+        rng = random.Random(sample_seed(sample_seed(order.seed, order.epoch, -6), lane.number, -7))
+        pairs = _shuffled(pairs, order.shuffle_buffer, rng)
+    return cut_batches(pairs, order.batch_size, order.drop_last)
 
 
 def interleaved(streams: list[Iterator[Any]]) -> Iterator[Any]:
@@ -130,3 +122,23 @@ def resumed(lanes: list[Lane], last: int | None) -> list[Lane]:
 def served_of(state: Mapping[Any, Any]) -> dict[int, int]:
     """Batches served per lane, from ``state_dict()``'s plain data (JSON keys are strings)."""
     return {int(k): int(v) for k, v in state.items()}
+
+
+def saved_lanes(state: Mapping[str, Any], served: int) -> tuple[list[Lane], dict[int, int], int | None]:
+    """The lanes (in the order the workers take them), their served batches and the lane
+    of the last batch served, of a stream in shards' ``state_dict()`` whose lanes served
+    ``served`` batches."""
+    try:
+        lanes = [Lane.from_state(int(k), v) for k, v in state["lanes"].items()]
+        done = served_of(state["lane_batches"])
+        if sum(done.values()) != served or not set(done) <= {lane.number for lane in lanes}:
+            raise ValueError("the batches served of each lane do not add up")
+        last = state.get("last_lane")  # absent from a state saved before it was kept
+        if last is not None and not done.get(int(last)):
+            raise ValueError(f"the last batch came from lane {last!r}, which served none")
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        raise FlowdataError(
+            f"cannot resume: the saved position of the stream in shards is incomplete or impossible ({exc})\n"
+            "  fix: pass a state_dict() of a flowdata.DataLoader as it was saved"
+        ) from None
+    return resumed(lanes, None if last is None else int(last)), done, None if last is None else int(last)

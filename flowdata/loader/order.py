@@ -15,18 +15,66 @@
 
 from __future__ import annotations
 
+import dataclasses
 import random
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 from torch.utils.data import Sampler
 from torch.utils.data.distributed import DistributedSampler
 
-from flowdata.errors import FlowdataError
+from flowdata.errors import check_rank, expect_int
+from flowdata.loader.position import Position
 from flowdata.sample import sample_seed
 
-__all__ = ["EpochBatches", "EpochSampler", "cut_batches", "stream_batches"]
+__all__ = ["EpochBatches", "EpochOrder", "EpochSampler", "cut_batches", "stream_batches"]
+
+
+@dataclass(frozen=True)
+class EpochOrder:
+    """Which epoch, and everything that fixes the order of its batches: one value.
+
+    Every part of the loader that orders samples (:class:`EpochBatches`,
+    :func:`stream_batches`, the lanes of a stream in shards) reads it whole; a new epoch is
+    a new value (:meth:`with_epoch`, :meth:`next_epoch`), never a field set from outside.
+
+    Attributes:
+        batch_size: Samples per batch.
+        shuffle: Permute the samples every epoch (map-style), or pass a stream's items
+            through a seeded shuffle buffer (and shuffle the order of its shards).
+        seed: Seed of the shuffle (with the epoch).
+        drop_last: Drop the last, partial round of batches (of each lane, in shards).
+        even: Even out the ranks' batches by repeating a few samples (several ranks, no
+            ``drop_last``; ``even_batches``).
+        rank: This process's rank.
+        world_size: Number of ranks.
+        shuffle_buffer: Items a stream's shuffle buffer holds (at least 1).
+        epoch: The epoch.
+    """
+
+    batch_size: int = 1
+    shuffle: bool = False
+    seed: int = 0
+    drop_last: bool = False
+    even: bool = True
+    rank: int = 0
+    world_size: int = 1
+    shuffle_buffer: int = 1024
+    epoch: int = 0
+
+    def __post_init__(self) -> None:
+        # A buffer of 0 items would hold nothing back: it is one item, as it always was.
+        object.__setattr__(self, "shuffle_buffer", max(1, self.shuffle_buffer))
+
+    def with_epoch(self, epoch: int) -> EpochOrder:
+        """The same order in ``epoch``."""
+        return dataclasses.replace(self, epoch=int(epoch))
+
+    def next_epoch(self) -> EpochOrder:
+        """The same order in the next epoch."""
+        return self.with_epoch(self.epoch + 1)
 
 
 class EpochIndices(list[int]):
@@ -38,7 +86,7 @@ class EpochIndices(list[int]):
     remainder: int = -1  # a stream's last round: its samples (see stream_batches)
 
 
-class EpochBatches(Sampler[list[int]]):
+class EpochBatches(Position, Sampler[list[int]]):
     """Which samples form each batch of an epoch, for one rank.
 
     Every epoch, the sample indices (minus those skipped in earlier passes) are permuted
@@ -60,78 +108,87 @@ class EpochBatches(Sampler[list[int]]):
       by at most one sample (so by at most one batch).
     - ``drop_last`` drops the last ``len % (batch_size * world_size)`` samples of the
       permutation, so that every rank gets the same number of full batches.
+
+    Args:
+        indices: The samples of every epoch (those skipped in earlier passes left out).
+        order: The order, and the epoch to start with.
+
+    It owns the epoch's position (:class:`~flowdata.loader.position.Position`): the state
+    of a map-style loader is its epoch, batches served and what fixes the order.
     """
 
-    def __init__(
-        self,
-        indices: Sequence[int],
-        batch_size: int,
-        *,
-        shuffle: bool,
-        seed: int,
-        rank: int = 0,
-        world_size: int = 1,
-        drop_last: bool = False,
-        even: bool = True,
-    ):
-        if batch_size < 1:
-            raise FlowdataError(f"batch_size={batch_size}: expected a positive number")
-        if not 0 <= rank < world_size:
-            raise FlowdataError(f"rank={rank} is not in range for world_size={world_size}")
+    def __init__(self, indices: Sequence[int], order: EpochOrder):
+        expect_int("batch_size", order.batch_size, least=1, meaning="samples per batch")
+        check_rank(order.rank, order.world_size)
         self.indices = torch.as_tensor(list(indices), dtype=torch.int64)
         self._contiguous = bool(torch.equal(self.indices, torch.arange(len(self.indices))))
-        self.batch_size = batch_size
-        self.shuffle = shuffle
-        self.seed = seed
-        self.rank = rank
-        self.world_size = world_size
-        self.drop_last = drop_last
-        self.even = even
-        self.epoch = 0
-        self.start = 0  # first batch of the next iteration (resume)
+        self.order = order
+        self._start = 0  # first batch of the next iteration (resume)
         self.sampler: EpochSampler | None = None  # the sampler view frameworks drive (set by the loader)
+
+    # --- the position ---------------------------------------------------------------------
+
+    def identity(self) -> dict[str, Any]:
+        o = self.order
+        return {
+            "streaming": False,
+            "seed": o.seed,
+            "shuffle": o.shuffle,
+            "batch_size": o.batch_size,
+            "num_samples": len(self.indices),
+            "rank": o.rank,
+            "world_size": o.world_size,
+            "drop_last": o.drop_last,
+            **({"even_batches": o.even} if o.world_size > 1 else {}),
+        }
+
+    def _batches(self) -> int | None:
+        return len(self)
+
+    def _begin(self, order: EpochOrder, served: int, saved: Mapping[str, Any]) -> None:
+        self._start = served  # the permutation is recomputed from (seed, epoch): nothing else to keep
 
     def _mine(self) -> torch.Tensor:
         order = self.indices
-        if self.shuffle:
+        if self.order.shuffle:
             g = torch.Generator()
-            g.manual_seed(sample_seed(self.seed, self.epoch, -1))
+            g.manual_seed(sample_seed(self.order.seed, self.order.epoch, -1))
             perm = torch.randperm(len(order), generator=g)
             # With no sample skipped the indices are 0..n-1 and the permutation is the order.
             order = perm if self._contiguous else order[perm]
-        if self.drop_last:
+        if self.order.drop_last:
             # Every rank gets the same number of full batches (a DDP step waits for all
             # ranks): the last, partial round of batches is dropped for everyone.
-            per_round = self.batch_size * self.world_size
+            per_round = self.order.batch_size * self.order.world_size
             order = order[: len(order) - len(order) % per_round]
         elif self.evened:
             full, run = self._rounds()
             if run:
                 # The last round in contiguous runs, rank r the r-th; positions past the end
                 # wrap to the order's first samples (DistributedSampler's padding).
-                lo = full + self.rank * run
+                lo = full + self.order.rank * run
                 positions = torch.arange(lo, lo + run)
                 positions = torch.where(positions < len(order), positions, (positions - len(order)) % len(order))
-                return torch.cat([order[: full][self.rank :: self.world_size], order[positions]])
-            return order[: full][self.rank :: self.world_size]
-        return order[self.rank :: self.world_size]
+                return torch.cat([order[: full][self.order.rank :: self.order.world_size], order[positions]])
+            return order[: full][self.order.rank :: self.order.world_size]
+        return order[self.order.rank :: self.order.world_size]
 
     @property
     def evened(self) -> bool:
         """Whether the ranks are evened out by padding (several ranks, ``even``, no ``drop_last``)."""
-        return self.even and self.world_size > 1 and not self.drop_last and len(self.indices) > 0
+        return self.order.even and self.order.world_size > 1 and not self.order.drop_last and len(self.indices) > 0
 
     def _rounds(self) -> tuple[int, int]:
         """Samples of the full rounds, and the length of each rank's run of the last round."""
         n = len(self.indices)
-        tail = n % (self.batch_size * self.world_size)
-        return n - tail, -(-tail // self.world_size)
+        tail = n % (self.order.batch_size * self.order.world_size)
+        return n - tail, -(-tail // self.order.world_size)
 
     @property
     def remainder(self) -> int:
         """Samples of the last, partial round of batches across ranks (0: none): the
         ``remainder`` Accelerate's ``gather_for_metrics`` keeps of the ranks' last batches."""
-        return len(self.indices) % (self.batch_size * self.world_size) if self.evened else 0
+        return len(self.indices) % (self.order.batch_size * self.order.world_size) if self.evened else 0
 
     def padded(self) -> int:
         """Samples this rank repeats per epoch to even out the ranks (the last rows of its
@@ -139,7 +196,7 @@ class EpochBatches(Sampler[list[int]]):
         if not self.evened:
             return 0
         full, run = self._rounds()
-        return min(run, max(0, full + (self.rank + 1) * run - len(self.indices)))
+        return min(run, max(0, full + (self.order.rank + 1) * run - len(self.indices)))
 
     def padding(self, batch: int) -> int:
         """Rows at the end of batch ``batch`` of this rank's epoch that repeat a sample to
@@ -149,8 +206,8 @@ class EpochBatches(Sampler[list[int]]):
     def batches(self) -> list[list[int]]:
         """Every batch of this epoch for this rank."""
         mine = self._mine().tolist()
-        cut = [mine[i : i + self.batch_size] for i in range(0, len(mine), self.batch_size)]
-        if self.drop_last and cut and len(cut[-1]) < self.batch_size:
+        cut = [mine[i : i + self.order.batch_size] for i in range(0, len(mine), self.order.batch_size)]
+        if self.order.drop_last and cut and len(cut[-1]) < self.order.batch_size:
             cut.pop()
         return cut
 
@@ -159,22 +216,22 @@ class EpochBatches(Sampler[list[int]]):
         n = len(self.indices)
         if self.evened:
             full, run = self._rounds()
-            return full // self.world_size + run
-        if self.drop_last:
-            n -= n % (self.batch_size * self.world_size)
-        return max(0, -(-(n - self.rank) // self.world_size))
+            return full // self.order.world_size + run
+        if self.order.drop_last:
+            n -= n % (self.order.batch_size * self.order.world_size)
+        return max(0, -(-(n - self.order.rank) // self.order.world_size))
 
     def __len__(self) -> int:
         # A count needs no permutation (this runs at every epoch start, besides batches()).
         n = self.samples()
-        return n // self.batch_size if self.drop_last else -(-n // self.batch_size)
+        return n // self.order.batch_size if self.order.drop_last else -(-n // self.order.batch_size)
 
     def __iter__(self) -> Iterator[list[int]]:
-        start, self.start = self.start, 0
+        start, self._start = self._start, 0
         cut = self.batches()
         for number in range(start, len(cut)):
             out = EpochIndices(cut[number])
-            out.epoch = self.epoch
+            out.epoch = self.order.epoch
             out.padding = self.padding(number)
             yield out
 
@@ -196,21 +253,21 @@ class EpochSampler(DistributedSampler):  # type: ignore[type-arg]
         self.batches = batches
         self.on_set_epoch = on_set_epoch  # a weak reference to the loader's set_epoch
         self.dataset: Any = batches.indices
-        self.shuffle = batches.shuffle
-        self.seed = batches.seed
-        self.drop_last = batches.drop_last
+        self.shuffle = batches.order.shuffle
+        self.seed = batches.order.seed
+        self.drop_last = batches.order.drop_last
 
     @property
     def num_replicas(self) -> int:  # type: ignore[override]
-        return self.batches.world_size
+        return self.batches.order.world_size
 
     @property
     def rank(self) -> int:  # type: ignore[override]
-        return self.batches.rank
+        return self.batches.order.rank
 
     @property
     def epoch(self) -> int:  # type: ignore[override]
-        return self.batches.epoch
+        return self.batches.order.epoch
 
     def set_epoch(self, epoch: int) -> None:
         """Selects the epoch (the loader's ``set_epoch``)."""
@@ -218,7 +275,7 @@ class EpochSampler(DistributedSampler):  # type: ignore[type-arg]
         if target is not None:
             target(epoch)
         else:
-            self.batches.epoch = int(epoch)
+            self.batches.start_epoch(epoch)
 
     def __iter__(self) -> Iterator[int]:
         return (i for batch in self.batches.batches() for i in batch)
@@ -228,37 +285,27 @@ class EpochSampler(DistributedSampler):  # type: ignore[type-arg]
 
 
 def stream_batches(
-    items: Iterator[Any],
-    *,
-    batch_size: int,
-    drop_last: bool,
-    shuffle: bool,
-    shuffle_buffer: int,
-    seed: int,
-    epoch: int,
-    rank: int,
-    world_size: int,
-    exclude: frozenset[int] = frozenset(),
-    even: bool = False,
+    items: Iterator[Any], order: EpochOrder, exclude: frozenset[int] = frozenset()
 ) -> Iterator[tuple[int, list[int], list[Any]]]:
     """One rank's batches of a streamed epoch: ``(number on this rank, indices, items)``.
 
     Samples in ``exclude`` (skipped in an earlier pass) are left out. Only the item
-    bookkeeping happens here; nothing is computed. With ``even`` (several ranks, no
+    bookkeeping happens here; nothing is computed. With ``order.even`` (several ranks, no
     ``drop_last``), every rank gets the same number of batches of the same sizes: the last
     round's batches are held until the stream ends, then cut as :class:`EpochBatches` cuts
     its last round; the indices of a batch with repeated samples are
     :class:`EpochIndices` whose ``padding`` counts them (their ``remainder`` is the last
     round's samples).
     """
+    batch_size, world_size = order.batch_size, order.world_size
     stream: Iterator[tuple[int, Any]] = ((i, x) for i, x in enumerate(items) if i not in exclude)
-    if shuffle:
-        stream = _shuffled(stream, max(1, shuffle_buffer), random.Random(sample_seed(seed, epoch, -3)))
-    cut = cut_batches(stream, batch_size, drop_last)
-    if even and world_size > 1 and not drop_last:
+    if order.shuffle:
+        stream = _shuffled(stream, order.shuffle_buffer, random.Random(sample_seed(order.seed, order.epoch, -3)))
+    cut = cut_batches(stream, batch_size, order.drop_last)
+    if order.even and world_size > 1 and not order.drop_last:
         cut = _evened(cut, batch_size, world_size)
     for b, indices, batch in cut:
-        if b % world_size == rank:
+        if b % world_size == order.rank:
             yield b // world_size, indices, batch
 
 

@@ -51,7 +51,7 @@ class Batch:
         self.cache = cache or {}  # the sample cache's counts (hits, misses, bytes) per cached node
         self.padding = padding  # its last rows that repeat a sample to even out the ranks
         self.remainder = remainder  # a stream's last batch, evened: samples of the last round (else -1)
-        self.notes = notes or []  # the sample cache's warnings, said once by the loader (flowdata.cache.say)
+        self.notes = notes or []  # the sample cache's warnings, said once by the loader (flowdata.run.caching.passcache.say)
 
     def __getitem__(self, key: Any) -> Any:
         # Reached only by code that iterates the loader's torch pipeline without the

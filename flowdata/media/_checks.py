@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import stat
 
-from flowdata._files import NotAFile, kind_of, open_regular
+from flowdata.io import NotAFile, kind_of, open_regular
 from flowdata.errors import MediaError
 
 

@@ -51,7 +51,7 @@ def chunked_keyed(
     pairs: Iterator[tuple[int, Any]], size: Callable[[int], int], exclude: frozenset[int] = frozenset()
 ) -> Iterator[tuple[tuple[int, int], list[int], list[Any]]]:
     """:func:`chunked` for ``(index, item)`` pairs whose indices increase by one but may
-    jump (a source in shards, :mod:`flowdata.run.shards`): a chunk never spans a jump."""
+    jump (a source in shards, :mod:`flowdata.run.sources.sharded`): a chunk never spans a jump."""
     nxt = next(pairs, None)
     while nxt is not None:
         start = nxt[0]

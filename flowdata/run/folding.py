@@ -243,7 +243,7 @@ class KeptBlocks:
             self._held.append(state)
             self._bytes += size
             return
-        from flowdata.run.samplestore import encode_value
+        from flowdata.run.caching.store import encode_value
 
         if self._folder is None:
             self._folder = scratch.make("blocks")
@@ -258,7 +258,7 @@ class KeptBlocks:
 
     def __iter__(self) -> Iterator[Any]:
         """The reducers in the order they came (those on disk restored one at a time)."""
-        from flowdata.run.samplestore import decode_value
+        from flowdata.run.caching.store import decode_value
 
         yield from self._held
         for cls, path in self._spilled:
@@ -273,7 +273,7 @@ class Folder:
     ``on_bad`` is told of a loose value the reducer cannot fold (see :class:`UnitCutter`).
     With ``keep_blocks``, the blocks' reducers are kept in order (:attr:`blocks`) instead of
     merged into :attr:`total`: a rank that merges them later into the total of the ranks
-    before it (see :mod:`~flowdata.run.ranks`).
+    before it (see :mod:`~flowdata.run.distributed.ranks`).
     """
 
     def __init__(self, spec: Any, keep_blocks: bool = False):

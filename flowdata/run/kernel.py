@@ -32,7 +32,7 @@ from flowdata.reduce import BLOCK, ReduceSpec
 from flowdata.run.chunking import approx_bytes
 from flowdata.run.deadline import SampleTimeout, guarded_calls
 from flowdata.run.folding import BlockError, Piece, ValueFoldError, pieces_of
-from flowdata.run.samplecache import CachedNode, ChunkCache
+from flowdata.run.caching.samplecache import CachedNode, ChunkCache
 from flowdata.sample import make_rng
 from flowdata.typecheck import contradicts
 from flowdata.types import type_name
@@ -78,7 +78,7 @@ class PassSpec:
         folds: Reductions folded where the samples are computed.
         timeout: Seconds one node may spend on one sample (``timeout=``), or None.
         watch: The watch folder worker processes record their calls in (with ``timeout``).
-        cache: The cached nodes it computes (``cache=``, :mod:`~flowdata.run.samplecache`).
+        cache: The cached nodes it computes (``cache=``, :mod:`~flowdata.run.caching.samplecache`).
     """
 
     group: str
@@ -120,9 +120,9 @@ class ChunkResult:
     time spent in each node; ``sample_bytes`` an estimate of one sample's memory (its item
     and every computed value), for chunk sizing. ``items`` are the delivered samples' items,
     set in the main process (they travel back from a worker only for a task that read a
-    shard there, :func:`~flowdata.run.worker.run_shard`). ``notes`` are the sample cache's
+    shard there, :func:`~flowdata.run.executors.worker.run_shard`). ``notes`` are the sample cache's
     warnings (a damaged segment, a folder that cannot be written), said once where the run
-    is driven (:func:`flowdata.cache.say`).
+    is driven (:func:`flowdata.run.caching.passcache.say`).
     """
 
     indices: Sequence[int]
@@ -174,7 +174,7 @@ def run_chunk(
         result, skipped = _compute_all(nodes, spec, whole, indices, items, worker, skip, bounded, span)
     result.span, result.skipped = span, skipped
     if spec.cache:
-        from flowdata.run.samplestore import take_notes
+        from flowdata.run.caching.store import take_notes
 
         result.notes = take_notes()
     if spec.folds and result.failure is None:

@@ -1,9 +1,9 @@
 """The pass engine: source -> chunks -> executor -> checked chunks, for every kind of run.
 
 :class:`Engine` runs one pass of a group: it cuts the source's items into chunks
-(:mod:`~flowdata.run.chunking`), maps :func:`~flowdata.run.worker.run_task` over them on
+(:mod:`~flowdata.run.chunking`), maps :func:`~flowdata.run.executors.worker.run_task` over them on
 the executor it was given -- any executor, the inline one included, behind one contract --
-with the pass sent once as a :class:`~flowdata.run.worker.PassContext`, and yields the
+with the pass sent once as a :class:`~flowdata.run.executors.worker.PassContext`, and yields the
 computed chunks in sample order, each checked by the :class:`Recorder`. ``execute()``,
 ``run_sample()`` and the statistics pass of both loaders run their passes here; the
 loaders' epochs run the same kernel in DataLoader workers and hand their batches to the
@@ -27,21 +27,21 @@ from collections import deque
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, Literal
 
-from flowdata.cache import say
+from flowdata.run.caching.passcache import say
 from flowdata.discover import Program
-from flowdata.errors import InputError, NodeError, SampleError
+from flowdata.errors import InputError, NodeError, SampleError, WorkerDied
 from flowdata.node import Node
 from flowdata.report import Report, Skip
 from flowdata.run.chunking import MAX_CHUNK, ChunkSizer, chunked, chunked_keyed
 from flowdata.run.deadline import Stuck, Watch
-from flowdata.run.executors import Executor, InlineExecutor, WorkerDied
+from flowdata.run.executors import Executor, InlineExecutor
 from flowdata.run.kernel import ChunkResult, Failure, PassSpec, failure_of
-from flowdata.run.ranks import Ranks
-from flowdata.run.samplecache import SampleCache
+from flowdata.run.distributed.ranks import Ranks
+from flowdata.run.caching.samplecache import SampleCache
 from flowdata.run.sequential import SequentialStream
-from flowdata.run.shards import SHARD_STRIDE, ShardedSource
-from flowdata.run.source import IndexSource, Source
-from flowdata.run.worker import PassContext, ShardRead, Task, run_task
+from flowdata.run.sources.sharded import SHARD_STRIDE, ShardedSource
+from flowdata.run.sources.adapters import IndexSource, Source
+from flowdata.run.executors.worker import PassContext, ShardRead, Task, run_task
 
 __all__ = ["Engine", "OnError", "Recorder", "failure_error", "on_error_mode"]
 
@@ -171,7 +171,7 @@ class Engine:
         world_size: Number of ranks.
         timeout: Seconds one node may spend on one sample (see :mod:`~flowdata.run.deadline`).
         ranks: The ranks of ``torch.distributed`` that share passes (see
-            :mod:`~flowdata.run.ranks`), or None: this process computes every pass whole.
+            :mod:`~flowdata.run.distributed.ranks`), or None: this process computes every pass whole.
         samples: The nodes whose per-sample values are cached (``cache=``), or None.
     """
 
@@ -232,7 +232,7 @@ class Engine:
         shards: ShardedSource | None = None,
     ) -> Iterator[ChunkResult]:
         """Chunks of ``items`` computed on the executor; or, with ``shards``, one task per
-        shard, read where it runs (:func:`~flowdata.run.worker.run_shard`)."""
+        shard, read where it runs (:func:`~flowdata.run.executors.worker.run_shard`)."""
         group = spec.group
         # Workers in other processes that a node does not let go of are ended by a watch.
         watch = Watch(spec.timeout) if spec.timeout is not None and spec.computes and not isinstance(

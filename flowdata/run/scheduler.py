@@ -24,11 +24,11 @@ value is the list of its value on each batch (see :mod:`flowdata.run.batches`).
 A source that takes ``Collect[...]`` parameters closes one group and opens the next: when
 its own group is opened, the closed group's pass is run as a stream feeding it.
 
-Under ``torch.distributed`` (the engine has :class:`~flowdata.run.ranks.Ranks`), a pass
+Under ``torch.distributed`` (the engine has :class:`~flowdata.run.distributed.ranks.Ranks`), a pass
 whose consumers are reductions over an index is shared: each rank computes its run of
 whole blocks, and the reducers are chained across the ranks in block order; any other
 pass is computed whole by every rank. Each step that may fail on one rank runs inside
-``ranks.together``, so that every rank raises and none waits (see :mod:`flowdata.run.ranks`).
+``ranks.together``, so that every rank raises and none waits (see :mod:`flowdata.run.distributed.ranks`).
 
 The training iterator builds on the same object: it asks for the whole values a pass
 reads (:meth:`Run.pass_whole`, statistics included) and opens sources through
@@ -44,7 +44,7 @@ import logging
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
-from flowdata.cache import PassCache
+from flowdata.run.caching.passcache import PassCache
 from flowdata.discover import Program
 from flowdata.errors import FlowdataError, InputError, NodeError, describe, user_traceback
 from flowdata.graph import Graph
@@ -52,15 +52,15 @@ from flowdata.node import Node, Role
 from flowdata.plan import Analysis, GroupPlan, PassPlan, Plan
 from flowdata.report import Report, Skip
 from flowdata.run.batches import BatchStep, batch_step, collate_rows, consume_batches
-from flowdata.run.cache import ReductionCache
+from flowdata.run.caching.keys import ReductionCache
 from flowdata.run.consumers import JobThread, Tee, call_collect, collect_arguments, reduce_all, run_jobs
 from flowdata.run.executors import InlineExecutor, resolve_executor
 from flowdata.run.folding import Folder
 from flowdata.run.kernel import ChunkResult, FoldSpec, PassSpec, failure_of, return_type_error
 from flowdata.run.passes import Engine, OnError, Recorder
-from flowdata.run.ranks import Ranks, skips_payload
-from flowdata.run.samplecache import SampleCache
-from flowdata.run.source import IndexSource, IterableSource, Source, as_source, call_source
+from flowdata.run.distributed.ranks import Ranks, skips_payload
+from flowdata.run.caching.samplecache import SampleCache
+from flowdata.run.sources.adapters import IndexSource, IterableSource, Source, as_source, call_source
 from flowdata.typecheck import contradicts
 
 __all__ = ["Run", "execute", "run_sample"]
@@ -274,7 +274,7 @@ class Run:
         self, group: GroupPlan, pass_: PassPlan, plain: list[Node], folds: list[FoldSpec], ranks: Ranks
     ) -> None:
         """A pass under ``torch.distributed``, shared between the ranks when it can be (see
-        :mod:`flowdata.run.ranks`): every step that may fail on one rank runs inside
+        :mod:`flowdata.run.distributed.ranks`): every step that may fail on one rank runs inside
         ``ranks.together``, so a failure anywhere raises everywhere and no rank waits."""
         where, recorder = _where(group, pass_), self.engine.recorder
         key = None

@@ -8,6 +8,10 @@ There, a separable filter passes ``rx * ry`` of the input's finest diagonal patt
 checkerboard), while the output pixel's footprint, turned, can invert it (its box's response
 is negative past ``d = 2 / (cos + sin)`` of the angle): where it does, a diagonal term
 ``[1, -2, 1] x [1, -2, 1]`` takes that response to 0 and changes no other axis's Nyquist.
+
+:func:`resample` is one affine resampling of an image: exact where the map takes pixel
+centres to pixel centres, else this prefilter (when asked to antialias) and one
+``grid_sample`` (:mod:`flowdata.transforms.sampling`, which this module builds on).
 """
 
 from __future__ import annotations
@@ -18,9 +22,12 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from flowdata.transforms.sampling import _EPS, AffineMap, Size, compose, scale
+from flowdata.transforms.sampling import (
+    _EPS, AffineMap, Size, check_image, check_interpolable, compose, exact_plan, grid_theta, invert, make_grid,
+    sample_grid, scale, take_exact,
+)
 
-__all__ = ["Prefilter", "apply_prefilter", "footprints", "prefilter_plan"]
+__all__ = ["Prefilter", "apply_prefilter", "footprints", "prefilter_plan", "resample"]
 
 
 @dataclass(frozen=True)
@@ -140,3 +147,28 @@ def apply_prefilter(x: torch.Tensor, prefilter: Prefilter) -> torch.Tensor:
     if not prefilter.diagonal:
         return _blur3(_blur3(x, -2, wy), -1, wx)
     return _diagonal_filter(x, wy, wx, prefilter.diagonal)
+
+
+def resample(x: torch.Tensor, forward: AffineMap, out: Size, mode: str = "bilinear", padding_mode: str = "zeros",
+             antialias: bool = False, who: str = "resample") -> torch.Tensor:
+    """``[C, H, W]`` or ``[N, C, H, W]`` (one map for all) carried through ``forward``: exactly
+    when it maps pixel centres to pixel centres, else by one ``grid_sample`` (after the
+    :class:`Prefilter` when ``antialias`` and it shrinks)."""
+    check_image(x, who)
+    inverse = invert(forward, who)
+    plan = exact_plan(inverse, out)
+    if plan is not None:
+        return take_exact(x, plan, padding_mode)
+    check_interpolable(x, mode, who)
+    x4 = x if x.dim() == 4 else x[None]
+    prefilter, inverse = prefilter_plan(inverse, (x4.shape[-2], x4.shape[-1])) if antialias and mode == "bilinear" \
+        else (None, inverse)
+    if prefilter is not None:
+        x4 = apply_prefilter(x4, prefilter)
+    grid = make_grid([grid_theta(inverse, (x4.shape[-2], x4.shape[-1]), out)], out, _grid_dtype(x4), x4.device)
+    y = sample_grid(x4, grid, mode, padding_mode)
+    return y if x.dim() == 4 else y[0]
+
+
+def _grid_dtype(x: torch.Tensor) -> torch.dtype:
+    return x.dtype if x.is_floating_point() else torch.float64

@@ -31,7 +31,7 @@ import torch.nn.functional as F
 
 __all__ = [
     "IDENTITY", "AffineMap", "ExactPlan", "Size", "compose", "exact_plan", "grid_theta", "invert",
-    "outside_margins", "resample", "sample_grid", "scale", "take_exact", "to_matrix", "translate", "zero_margins",
+    "outside_margins", "sample_grid", "scale", "take_exact", "to_matrix", "translate", "zero_margins",
 ]
 
 AffineMap = tuple[float, float, float, float, float, float]
@@ -309,30 +309,3 @@ def check_interpolable(x: torch.Tensor, mode: str, who: str) -> None:
     if mode != "nearest" and not x.is_floating_point():
         raise ValueError(f"{who}: mode={mode!r} interpolates, which needs a floating-point image, got {x.dtype}; "
                          "fix: convert it (x.float() / 255), or use mode='nearest' for a label map")
-
-
-def resample(x: torch.Tensor, forward: AffineMap, out: Size, mode: str = "bilinear", padding_mode: str = "zeros",
-             antialias: bool = False, who: str = "resample") -> torch.Tensor:
-    """``[C, H, W]`` or ``[N, C, H, W]`` (one map for all) carried through ``forward``: exactly
-    when it maps pixel centres to pixel centres, else by one ``grid_sample`` (after the
-    :class:`Prefilter` when ``antialias`` and it shrinks)."""
-    check_image(x, who)
-    inverse = invert(forward, who)
-    plan = exact_plan(inverse, out)
-    if plan is not None:
-        return take_exact(x, plan, padding_mode)
-    check_interpolable(x, mode, who)
-    from flowdata.transforms.prefilter import apply_prefilter, prefilter_plan  # it builds on this module
-
-    x4 = x if x.dim() == 4 else x[None]
-    prefilter, inverse = prefilter_plan(inverse, (x4.shape[-2], x4.shape[-1])) if antialias and mode == "bilinear" \
-        else (None, inverse)
-    if prefilter is not None:
-        x4 = apply_prefilter(x4, prefilter)
-    grid = make_grid([grid_theta(inverse, (x4.shape[-2], x4.shape[-1]), out)], out, _grid_dtype(x4), x4.device)
-    y = sample_grid(x4, grid, mode, padding_mode)
-    return y if x.dim() == 4 else y[0]
-
-
-def _grid_dtype(x: torch.Tensor) -> torch.dtype:
-    return x.dtype if x.is_floating_point() else torch.float64

@@ -21,8 +21,9 @@ import torch
 import torch.nn.functional as F
 
 from flowdata.transforms.features import FeatureTransform
+from flowdata.transforms.prefilter import resample
 from flowdata.transforms.sampling import (
-    IDENTITY, MODES, PADDING_MODES, AffineMap, Size, check_image, compose, cos_sin, resample, scale, to_matrix, translate,
+    IDENTITY, MODES, PADDING_MODES, AffineMap, Size, check_image, compose, cos_sin, scale, to_matrix, translate,
 )
 
 __all__ = [

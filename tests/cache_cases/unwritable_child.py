@@ -22,7 +22,7 @@ import pyarrow.ipc  # noqa: F401  # imported before the process drops its rights
 import torch
 
 import flowdata as fd
-from flowdata.run import samplecache
+from flowdata.run.caching import samplecache
 from tests.cache_cases import images, numbers
 
 NOBODY = 65534

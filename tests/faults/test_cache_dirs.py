@@ -33,7 +33,7 @@ import pytest
 import torch
 
 import flowdata as fd
-from flowdata.run import samplecache
+from flowdata.run.caching import samplecache
 from tests.cache_cases import images
 from tests.cache_cases.unwritable_child import Said as _Said
 from tests.cache_cases.unwritable_child import run as _run

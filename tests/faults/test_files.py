@@ -33,7 +33,7 @@ import flowdata as fd
 import flowdata_modules.image as image
 import flowdata_modules.text as text
 from flowdata.media import load_image
-from flowdata.run import samplecache
+from flowdata.run.caching import samplecache
 from tests.cache_cases import full_disk, images
 from tests.ranks_cases import shards_flow
 

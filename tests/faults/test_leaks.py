@@ -21,8 +21,8 @@ import pyarrow as pa
 import pytest
 
 import flowdata as fd
-from flowdata.cache import PassCache
-from flowdata.run import samplecache
+from flowdata.run.caching.passcache import PassCache
+from flowdata.run.caching import samplecache
 from flowdata.run.writers import HOST
 
 ITEMS = """
@@ -141,7 +141,7 @@ def test_a_loader_killed_while_writing_its_index(build: Callable[..., fd.Driver]
 KILLED_IN_FLUSH = """
 import os, sys, time
 import flowdata as fd
-import flowdata.run.samplestore as store
+import flowdata.run.caching.store as store
 
 sys.path.insert(0, {folder!r})
 import {module}

@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 
 import flowdata as fd
-from flowdata.cache import PassCache
+from flowdata.run.caching.passcache import PassCache
 
 
 STATS = """

@@ -207,7 +207,7 @@ def test_sigterm_to_a_worker_in_a_long_c_call(tmp_path: Path, worker: str) -> No
             pytest.fail(f"the {worker} was still running 30 s after SIGTERM")
         out, err = _ended(proc, "its worker's end")
         assert proc.returncode == 0, err[-3000:]
-        reported = {"DataLoader worker": "FlowdataError a DataLoader worker died",
+        reported = {"DataLoader worker": "WorkerDied a DataLoader worker died",
                     "pool worker": "WorkerDied a worker process of"}[worker]
         assert out.startswith(reported) and out.split()[-1] == "ready", out
     finally:

@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import flowdata as fd
-from flowdata.loader import DataLoader, EpochBatches
+from flowdata.loader import DataLoader, EpochBatches, EpochOrder
 from flowdata.stats import Stats
 
 FLOW = """
@@ -149,9 +149,8 @@ def test_exactly_once_across_ranks(
     last_round: list[bool] = []
     remainders = set()
     for rank in range(world_size):
-        s = EpochBatches(indices, batch_size, shuffle=shuffle, seed=5, rank=rank, world_size=world_size,
-                         drop_last=drop_last, even=even)
-        s.epoch = epoch
+        s = EpochBatches(indices, EpochOrder(batch_size, shuffle=shuffle, seed=5, rank=rank, world_size=world_size,
+                                             drop_last=drop_last, even=even, epoch=epoch))
         batches = list(s)
         assert len(batches) == len(s) and sum(len(b) for b in batches) == s.samples()
         assert all(len(b) <= batch_size for b in batches)
@@ -447,7 +446,7 @@ def test_the_usual_epoch_loop_resumes_where_it_stopped(dr: fd.Driver) -> None:
 
 @pytest.mark.procs
 def test_arrow_index_with_many_chunks(dr: fd.Driver, monkeypatch: pytest.MonkeyPatch) -> None:
-    import flowdata.run.source as index_module
+    import flowdata.run.sources.adapters as index_module
 
     monkeypatch.setattr(index_module, "_BATCH", 7)  # many record batches, as past 65,536 items
     ds = dr.dataset(["path", "label"], inputs={"n": 50})

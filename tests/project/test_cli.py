@@ -79,7 +79,7 @@ def test_run_with_config_and_processes(tmp_path: Path, capsys: pytest.CaptureFix
 def test_run_executor_ray_at_an_address(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     """``--executor ray:ADDRESS`` runs on a RayExecutor for that address, closed after the run
     (a real Ray runs it in tests/run/executors/test_ray.py)."""
-    from flowdata.run import ray_executor
+    from flowdata.run.executors import ray as ray_executor
 
     seen: list[object] = []
 

@@ -12,7 +12,7 @@ import torch.nn.functional as F
 import torchvision.transforms.v2.functional as TF
 from torchvision.transforms import InterpolationMode
 
-from flowdata.cache import digest
+from flowdata.run.caching.passcache import digest
 from flowdata.transforms import (
     Affine,
     CenterCrop,

@@ -12,7 +12,7 @@ import pytest
 torch = pytest.importorskip("torch")
 from torch import nn  # noqa: E402
 
-from flowdata.cache import digest  # noqa: E402
+from flowdata.run.caching.passcache import digest  # noqa: E402
 from flowdata.transforms import LogMel, Normalize  # noqa: E402
 
 
@@ -53,7 +53,7 @@ def test_classes_and_cycles_are_keys_too() -> None:
 
 @pytest.mark.procs
 def test_keys_are_the_same_in_another_process() -> None:
-    code = "from flowdata.cache import digest; from flowdata.transforms import LogMel; print(digest(LogMel(n_mels=16)))"
+    code = "from flowdata.run.caching.passcache import digest; from flowdata.transforms import LogMel; print(digest(LogMel(n_mels=16)))"
     other = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
     assert other == digest(LogMel(n_mels=16))
 
@@ -70,7 +70,7 @@ def _recurrent() -> torch.nn.Module:
                                   lambda: torch.nn.utils.parametrizations.weight_norm(torch.nn.Linear(2, 2))],
                          ids=["LSTM", "GRU", "MultiheadAttention", "ScriptModule", "weight_norm"])
 def test_the_key_of_a_torch_module_of_any_kind_sees_its_weights(make: Callable[[], torch.nn.Module]) -> None:
-    from flowdata.cache import digest
+    from flowdata.run.caching.passcache import digest
 
     torch.manual_seed(0)
     module = make()

@@ -268,11 +268,11 @@ def test_an_edited_helper_behind_a_functools_cache_misses(
 
 @pytest.mark.procs
 def test_keys_of_state_are_the_same_in_another_process() -> None:
-    code = ("from flowdata.digest import digest; from tests.cache_cases import stateful; "
+    code = ("from flowdata.run.caching.fingerprint import digest; from tests.cache_cases import stateful; "
             "from flowdata.stats import Vocab; import torch; "
             "print(digest([stateful.SCALER, stateful.OPTIONS, Vocab(('a', 'b'), (2, 1)), {'b', 'a', 'c'}, "
             "torch.ones(2).to_sparse(), stateful.ENCODER.weight.detach().fill_(1)]))")
-    from flowdata.digest import digest
+    from flowdata.run.caching.fingerprint import digest
 
     want = digest([stateful.SCALER, stateful.OPTIONS, Vocab(("a", "b"), (2, 1)), {"b", "a", "c"},
                    torch.ones(2).to_sparse(), stateful.ENCODER.weight.detach()])

@@ -22,7 +22,7 @@ import pytest
 import torch
 
 import flowdata as fd
-from flowdata.run import samplecache
+from flowdata.run.caching import samplecache
 from tests.cache_cases import images
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -253,7 +253,7 @@ def test_a_changed_file_misses_for_its_sample_only(data: Path, tmp_path: Path) -
 def test_versions_are_part_of_the_key(data: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     cache = tmp_path / "cache"
     assert decodes(data, images, "decoded", cache) == N
-    from flowdata import fingerprint
+    from flowdata.run.caching import fingerprint
 
     real = fingerprint.package_version
     monkeypatch.setattr(fingerprint, "package_version", lambda m: "0.0-other" if m == "torch" else real(m))

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 import flowdata as fd
-from flowdata.run.worker import run_task
+from flowdata.run.executors.worker import run_task
 
 
 UNPICKLABLE = """

@@ -24,7 +24,7 @@ import ray
 import flowdata as fd
 from flowdata.cli import main
 from flowdata.report import Report
-from flowdata.run.executors import WorkerDied
+from flowdata.errors import WorkerDied
 from tests.dataflows import two_pass
 from tests.run.test_execute import FAILING  # the same failing module as the other executors
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 import flowdata as fd
-from flowdata.run.source import IndexSource, IterableSource, Source, TableIndex, as_source, indexed
+from flowdata.run.sources.adapters import IndexSource, IterableSource, Source, TableIndex, as_source, indexed
 
 FLOW = """
 from flowdata import Parallel
@@ -112,7 +112,7 @@ def test_a_mapped_table_lives_in_its_file_and_pickles_as_its_path(tmp_path: Path
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from flowdata.run.source import mapped_table
+    from flowdata.io import mapped_table
     from flowdata_modules._table import table_columns
 
     data = pa.table({"x": list(range(3000)), "name": [f"n{i}" for i in range(3000)], "unused": [0.5] * 3000})

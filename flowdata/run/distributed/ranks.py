@@ -53,11 +53,11 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from flowdata.errors import FlowdataError, RankError, describe
+from flowdata.errors import FlowdataError, PeerStopped, RankError, describe
 from flowdata.reduce import BLOCK
-from flowdata.run.samplestore import decode_value, encode_value
+from flowdata.run.caching.store import decode_value, encode_value
 
-__all__ = ["ItemsPrint", "PeerStopped", "Ranks", "items_print", "ranks_of", "skips_payload", "step_group"]
+__all__ = ["FAILED", "OK", "ItemsPrint", "Ranks", "exchange", "items_print", "ranks_of", "skips_payload", "step_group"]
 
 _log = logging.getLogger("flowdata")
 
@@ -66,7 +66,7 @@ T = TypeVar("T")
 _STATUS_TAG, _CHAIN_TAG = 4601, 4602
 _PRINT_BLOCK = 1024  # items per block digest of an index's fingerprint (to find where ranks differ)
 _STATUS_BYTES = 1024  # a status and the first kilobyte of an error's text
-_OK, _FAILED, _STOPPED = 0, 1, 2
+OK, FAILED, _STOPPED = 0, 1, 2
 
 _NO_WORD = "no word from rank"  # a peer that died without telling (killed), as its status reads
 _LOST_FIX = ("{who} stopped without reporting an error (killed by a signal or the out-of-memory killer, or a "
@@ -74,15 +74,6 @@ _LOST_FIX = ("{who} stopped without reporting an error (killed by a signal or th
 
 _GLOO: dict[int, Any] = {}  # a gloo group beside a default group of another backend (NCCL)
 _STEPS: dict[int, Any] = {}  # the gloo group of the per-step exchanges (flowdata.loader.evening)
-
-
-class PeerStopped(FlowdataError):
-    """Raised on a rank that stops because another rank told it that it failed."""
-
-    def __init__(self, rank: int, detail: str):
-        super().__init__(f"rank {rank} failed: {detail}")
-        self.rank = rank
-        self.detail = detail
 
 
 @dataclass(frozen=True)
@@ -129,7 +120,7 @@ class Ranks:
 
     def gather(self, payload: bytes) -> list[bytes]:
         """Every rank's ``payload``, in rank order (two collectives)."""
-        with _exchange(self, "an exchange between the ranks"):
+        with exchange(self, "an exchange between the ranks"):
             return self._gather(payload)
 
     def _gather(self, payload: bytes) -> list[bytes]:
@@ -161,9 +152,9 @@ class Ranks:
         Returns:
             The merged reducer, restored from the same arrays on every rank.
         """
-        with _exchange(self, where):  # the messages only: the reducers' own errors pass as they are
+        with exchange(self, where):  # the messages only: the reducers' own errors pass as they are
             status, message, error = self._chain(first, then, restore)
-        if status != _OK:
+        if status != OK:
             if error is not None:
                 raise error
             failed = json.loads(message.decode())
@@ -174,19 +165,19 @@ class Ranks:
                restore: Callable[[Mapping[str, Any]], Any]) -> tuple[int, bytes, BaseException | None]:
         error: BaseException | None = None
         message: bytes = b""
-        status = _OK
+        status = OK
         if self.rank == 0:
             try:
                 message = encode_value(first.state_dict())
             except Exception as exc:
-                error, status, message = exc, _FAILED, self._why(exc)
+                error, status, message = exc, FAILED, self._why(exc)
         else:
             status, message = self._recv(self.rank - 1)
-            if status == _OK:
+            if status == OK:
                 try:
                     message = encode_value(then(restore(decode_value(message))).state_dict())
                 except Exception as exc:
-                    error, status, message = exc, _FAILED, self._why(exc)
+                    error, status, message = exc, FAILED, self._why(exc)
         if self.rank < self.world_size - 1:
             self._send(self.rank + 1, status, message)
         status, message = self._broadcast(self.world_size - 1, status, message)
@@ -234,7 +225,7 @@ class Ranks:
         """Waits until every rank is here."""
         import torch.distributed as dist
 
-        with _exchange(self, "waiting for every rank"):
+        with exchange(self, "waiting for every rank"):
             dist.barrier(group=self.group)
 
     def _why(self, exc: BaseException) -> bytes:
@@ -303,7 +294,7 @@ class _Watch:
             work.wait()
             got = buf.numpy().tobytes()
         except Exception as exc:  # the process group broke (a peer died, its timeout passed)
-            got = _status(_FAILED, f"{_NO_WORD} {peer}: {describe(exc)}")
+            got = _status(FAILED, f"{_NO_WORD} {peer}: {describe(exc)}")
         with self._lock:
             self._got[peer] = got
 
@@ -314,7 +305,7 @@ class _Watch:
         with self._lock:
             failed = [(p, _read_status(m)) for p, m in sorted(self._got.items())]
         for peer, (status, detail) in failed:
-            if status == _FAILED:
+            if status == FAILED:
                 raise PeerStopped(peer, detail)
 
     def end(self, error: BaseException | None, flag: bool) -> list[bool]:
@@ -323,11 +314,11 @@ class _Watch:
 
         stopped = _peer_stop(error)
         if error is None:
-            mine = _status(_OK, "1" if flag else "0")
+            mine = _status(OK, "1" if flag else "0")
         elif stopped is not None:
             mine = _status(_STOPPED, "")
         else:
-            mine = _status(_FAILED, describe(error))
+            mine = _status(FAILED, describe(error))
         sends: list[tuple[int, Any]] = []
         lost: dict[int, BaseException] = {}
         for peer in range(self.ranks.world_size):
@@ -348,12 +339,12 @@ class _Watch:
                 lost[peer] = exc
         statuses = {p: _read_status(m) for p, m in self._got.items()}
         for peer, why in lost.items():  # a peer that cannot be told has died, whatever it said before
-            if statuses.get(peer, (_OK, ""))[0] != _FAILED:
-                statuses[peer] = (_FAILED, f"{_NO_WORD} {peer}: {describe(why)}")
+            if statuses.get(peer, (OK, ""))[0] != FAILED:
+                statuses[peer] = (FAILED, f"{_NO_WORD} {peer}: {describe(why)}")
         statuses[self.ranks.rank] = _read_status(mine)
         if error is not None and stopped is None:
             raise error
-        failed = sorted(p for p, (status, _) in statuses.items() if status == _FAILED)
+        failed = sorted(p for p, (status, _) in statuses.items() if status == FAILED)
         if failed:
             first = failed[0]
             detail = statuses[first][1]
@@ -430,7 +421,7 @@ def _first_difference(lists: list[list[Any]]) -> int | None:
 
 
 @contextlib.contextmanager
-def _exchange(ranks: Ranks, where: str) -> Iterator[None]:
+def exchange(ranks: Ranks, where: str) -> Iterator[None]:
     """An exchange whose connection breaks (a rank died: gloo's ``RuntimeError``) raises a
     ``RankError`` instead (which rank is not known here)."""
     try:

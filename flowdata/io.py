@@ -1,4 +1,15 @@
-"""Opening the files flowdata reads without ever blocking on one that is not a file.
+"""Reading files the way flowdata does: for the bundled modules and for yours.
+
+A module of nodes that reads files (a manifest, a table, a tokenizer) uses these so that
+it fails the way flowdata's own readers fail, and never blocks or copies what it need not:
+
+- :func:`open_regular`, :func:`check_regular`, :func:`kind_of` and :class:`NotAFile`: a path
+  that is not a regular file is refused at once, saying what it is;
+- :func:`mapped_table`: a ``pyarrow.Table`` kept in a memory-mapped Arrow file instead of
+  this process's heap, which DataLoader workers map instead of unpickling a copy.
+
+Never blocking on a file that is not one
+----------------------------------------
 
 ``open()`` of a FIFO (named pipe) for reading waits until some process opens it for
 writing -- forever, in a cache folder or a manifest -- and a character device such as
@@ -18,9 +29,11 @@ from __future__ import annotations
 import fcntl
 import os
 import stat
+import weakref
+from collections.abc import Iterable
 from typing import IO, Any
 
-__all__ = ["NotAFile", "check_regular", "kind_of", "open_regular"]
+__all__ = ["NotAFile", "check_regular", "kind_of", "mapped_path", "mapped_table", "open_mapped", "open_regular"]
 
 
 def kind_of(mode: int) -> str | None:
@@ -85,3 +98,60 @@ def open_regular(path: str, mode: str = "rb", **kwargs: Any) -> IO[Any]:
     except BaseException:
         os.close(fd)
         raise
+
+
+_MAPPED: dict[int, str] = {}  # id of a table made or opened here -> the Arrow file it maps
+
+
+def mapped_table(batches: Iterable[Any], schema: Any, name: str = "table") -> Any:
+    """A ``pyarrow.Table`` of record ``batches``, written to an Arrow IPC file in a scratch
+    folder and memory-mapped from it: its rows live in the page cache, not in this
+    process's heap, a forked worker shares them, and a source over it pickles as the file's
+    path (a worker maps the same file instead of unpickling a copy). The file is removed
+    when the table is collected (and at exit, see :mod:`flowdata.run.scratch`)."""
+    import pyarrow as pa
+
+    from flowdata.run import scratch
+
+    folder = scratch.make("index")
+    path = os.path.join(folder, f"{name}.arrow")
+    try:
+        with pa.OSFile(path, "wb") as sink, pa.ipc.new_file(sink, schema) as writer:
+            for batch in batches:
+                writer.write_batch(batch)
+        table = _map(path)
+    except BaseException:
+        scratch.remove(folder)
+        raise
+    key = id(table)
+    _MAPPED[key] = path
+    weakref.finalize(table, _unmap, key, folder)
+    return table
+
+
+def mapped_path(table: Any) -> str | None:
+    """The Arrow file a table of :func:`mapped_table` (or :func:`open_mapped`) maps; None
+    for any other table."""
+    return _MAPPED.get(id(table))
+
+
+def open_mapped(path: str) -> Any:
+    """The table of an Arrow file written by :func:`mapped_table` (in this process or the
+    one that made it: the file belongs to that process, which removes it)."""
+    table = _map(path)
+    _MAPPED[id(table)] = path
+    weakref.finalize(table, _MAPPED.pop, id(table), None)
+    return table
+
+
+def _map(path: str) -> Any:
+    import pyarrow as pa
+
+    return pa.ipc.open_file(pa.memory_map(path, "r")).read_all()
+
+
+def _unmap(key: int, folder: str) -> None:
+    from flowdata.run import scratch
+
+    _MAPPED.pop(key, None)
+    scratch.remove(folder)

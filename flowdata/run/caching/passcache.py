@@ -8,11 +8,11 @@ under the same *key*. The key is a SHA-256 over:
   time (so editing a file changes the key; its contents are not read);
 - the **code** of every node the pass runs and of **everything it reaches** -- module-level
   constants, functions and classes of the user's own modules, transitively; installed
-  libraries by version (see :mod:`flowdata.fingerprint`) -- with each reducer's class and
+  libraries by version (see :mod:`flowdata.run.caching.fingerprint`) -- with each reducer's class and
   options;
 - the **whole values** the pass reads (inputs, once nodes, earlier Collect results), the
   graph's **config**, and the files they name, each digested by its state
-  (:func:`flowdata.digest.digest`: arrays by dtype, shape and bytes; torch modules by their
+  (:func:`flowdata.run.caching.digest.digest`: arrays by dtype, shape and bytes; torch modules by their
   classes, settings and tensors; dataclasses and other objects through their attributes);
   and the versions of flowdata, numpy and torch.
 
@@ -23,7 +23,7 @@ manifest records each file's SHA-256; a missing, truncated or altered file is re
 the log and the pass is recomputed — a cache entry is never trusted blindly. A FIFO, socket,
 device or folder where one of its files should be is never opened for reading (a FIFO
 would wait for a writer): the entry is ignored, left alone, said once per process, and the
-pass computed (:mod:`flowdata._files`).
+pass computed (:mod:`flowdata.io`).
 """
 
 from __future__ import annotations
@@ -33,14 +33,13 @@ import io
 import json
 import logging
 import os
-import pickle
 import re
 import shutil
 import tempfile
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from flowdata.digest import digest
+from flowdata.run.caching.fingerprint import digest
 from flowdata.run.writers import tag
 
 __all__ = ["Note", "PassCache", "digest", "fingerprint_items", "say", "unwritable"]
@@ -50,29 +49,9 @@ log = logging.getLogger("flowdata.cache")
 _VERSION = 1
 
 
-def _feed_hf(h: Any, value: Any) -> None:
-    """A Hugging Face dataset by its own fingerprint, never by its pickle (a map-style
-    dataset held in memory pickles whole; a stream's generator may be a lambda)."""
-    fingerprint = getattr(value, "_fingerprint", None)
-    if isinstance(fingerprint, str):  # datasets.Dataset: derived from its data and every operation on it
-        h.update(f"datasets:{type(value).__qualname__}:{fingerprint}:{len(value)};".encode())
-        return
-    from datasets.fingerprint import Hasher
-
-    try:  # a stream: its generator's code and arguments (its rows are fingerprinted as a source's items)
-        # Less the file systems ``datasets`` keeps for its workers (``HfFileSystem._cache``):
-        # instances whose pickle differs in every process, so a key that held them would
-        # never hit in a new process.
-        state = {k: v for k, v in vars(value).items() if not k.endswith("__hffs_cache")}
-        h.update(f"datasets:{type(value).__qualname__}:{Hasher.hash(state)};".encode())
-    except Exception:
-        h.update(f"pickle:{type(value).__qualname__}:".encode())
-        h.update(pickle.dumps(value, protocol=4))
-
-
 def fingerprint_items(items: Iterable[Any]) -> tuple[str, int]:
     """(SHA-256, count) of a source's items; files named in them add size and mtime."""
-    from flowdata.fingerprint import file_stats
+    from flowdata.run.caching.fingerprint import file_stats
 
     h = hashlib.sha256()
     n = 0
@@ -107,7 +86,7 @@ class PassCache:
         """The stored states of ``names`` under ``key`` and the entry's ``about`` record."""
         import numpy as np
 
-        from flowdata._files import NotAFile, open_regular
+        from flowdata.io import NotAFile, open_regular
 
         entry = self._entry(key)
         manifest_path = os.path.join(entry, "manifest.json")

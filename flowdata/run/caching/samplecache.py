@@ -1,14 +1,14 @@
 """The decoded-sample cache: which nodes are cached, and the key of every sample's entry.
 
 ``cache=[node, ...]`` (with ``cache_dir``) keeps the per-sample values of the named nodes
-on disk (:mod:`flowdata.run.samplestore`) and reads them back instead of computing them
+on disk (:mod:`flowdata.run.caching.store`) and reads them back instead of computing them
 again: on a hit, the node is not called, nor anything upstream of it that nothing else
 needs (the decode is skipped); nodes downstream are computed from the cached value.
 
 The key of one sample's entry is the digest of
 
 - the node's **base**: the code of the node and of every node upstream of it in its group,
-  with everything that code reaches (:func:`~flowdata.fingerprint.code_key`: helpers,
+  with everything that code reaches (:func:`~flowdata.run.caching.fingerprint.code_key`: helpers,
   constants, user modules; installed packages by version), the whole values they read
   (inputs, config, once nodes, statistics) by value together with the size and
   modification time of every file those name, the graph's config, and the versions of
@@ -132,7 +132,7 @@ class SampleCache:
                     "  fix: cache the deterministic node before the random one (the decoded image) and "
                     "augment downstream of it"
                 )
-        from flowdata.digest import reading
+        from flowdata.run.caching.digest import reading
 
         with reading():  # now, not after a statistics pass: what the key cannot see in the code
             for name in self.names:
@@ -142,7 +142,7 @@ class SampleCache:
         """``spec`` (a :class:`~flowdata.run.kernel.PassSpec`) with the cached nodes it computes."""
         import dataclasses
 
-        from flowdata.digest import reading
+        from flowdata.run.caching.digest import reading
 
         with reading():  # one context: state that several cached nodes reach is hashed once
             cached = tuple(self.cached_node(n, nodes, whole, config, self.upstream[n])
@@ -158,8 +158,10 @@ class SampleCache:
                 on (an open file, a lock, a compiled function of the user's own): a cache
                 could serve stale values when it changes.
         """
-        from flowdata.digest import Unseen, digest
-        from flowdata.fingerprint import file_stats, package_version
+        from flowdata.run.caching.digest import Unseen
+        from flowdata.run.caching.fingerprint import digest
+        from flowdata.run.caching.fingerprint import file_stats
+        from flowdata.run.caching.installed import package_version
 
         chain = sorted({name, *upstream})
         reads = sorted({p.name for n in chain for p in nodes[n].params if p.name in whole})
@@ -184,8 +186,8 @@ class SampleCache:
 
 def _codes(name: str, nodes: Mapping[str, Node], chain: Sequence[str]) -> list[tuple[str, str]]:
     """The code keys of a cached node's chain; an InputError when one cannot see all it reaches."""
-    from flowdata.digest import Unseen
-    from flowdata.fingerprint import code_key
+    from flowdata.run.caching.digest import Unseen
+    from flowdata.run.caching.fingerprint import code_key
 
     codes = []
     for n in chain:
@@ -208,8 +210,9 @@ def _unseen(name: str, nodes: Mapping[str, Node], why: str) -> InputError:
 
 def key_of(node: CachedNode, item: Any, index: int) -> str:
     """The key of one sample's entry (see the module docstring)."""
-    from flowdata.digest import Unseen, digest
-    from flowdata.fingerprint import file_stats
+    from flowdata.run.caching.digest import Unseen
+    from flowdata.run.caching.fingerprint import digest
+    from flowdata.run.caching.fingerprint import file_stats
 
     try:
         return digest([node.base, digest(item), file_stats(item), index if node.reads_index else None])
@@ -223,7 +226,7 @@ def key_of(node: CachedNode, item: Any, index: int) -> str:
 def forget() -> None:
     """Closes this process's stores: the next lookup reads the folders afresh (as a new
     process would)."""
-    from flowdata.run import samplestore
+    from flowdata.run.caching import store as samplestore
 
     for store in _STORES.values():
         store.close()
@@ -232,10 +235,10 @@ def forget() -> None:
 
 
 def store_for(node: CachedNode) -> Any:
-    """This process's :class:`~flowdata.run.samplestore.SampleStore` of the node's folder."""
+    """This process's :class:`~flowdata.run.caching.store.SampleStore` of the node's folder."""
     store = _STORES.get(node.folder)
     if store is None:
-        from flowdata.run.samplestore import SampleStore
+        from flowdata.run.caching.store import SampleStore
 
         store = _STORES[node.folder] = SampleStore(node.folder, node.max_bytes)
     return store
@@ -252,7 +255,7 @@ class ChunkCache:
     """
 
     def __init__(self, spec: Any, nodes: Mapping[str, Node], indices: Sequence[int], items: Sequence[Any]):
-        from flowdata.run.samplestore import MISS
+        from flowdata.run.caching.store import MISS
 
         self.cached = {c.name: c for c in spec.cache}
         self.keys: dict[str, list[str]] = {}
@@ -291,7 +294,7 @@ class ChunkCache:
     def write(self, name: str, at: Sequence[int], values: Sequence[Any]) -> tuple[int, BaseException] | None:
         """Queues the values a cached node computed (at positions ``at``); returns the position
         and error of a value that cannot be stored."""
-        from flowdata.run.samplestore import encode_value
+        from flowdata.run.caching.store import encode_value
 
         c = self.cached.get(name)
         if c is None:

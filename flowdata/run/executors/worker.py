@@ -138,7 +138,7 @@ def run_shard(context: PassContext, span: tuple[int, int], read: ShardRead) -> C
     """Reads one shard and computes it in chunks sized as the engine sizes them (so memory
     stays bounded), into one result: columns and folded pieces in index order."""
     from flowdata.run.chunking import MAX_CHUNK, ChunkSizer, chunked_keyed
-    from flowdata.run.shards import ShardedSource
+    from flowdata.run.sources.sharded import ShardedSource
 
     spec = context.spec
     source = ShardedSource(context.nodes[spec.group], read.data)
@@ -163,6 +163,12 @@ def run_shard(context: PassContext, span: tuple[int, int], read: ShardRead) -> C
         total.sample_bytes = max(total.sample_bytes, part.sample_bytes)
         for name, t in part.node_seconds.items():
             total.node_seconds[name] = total.node_seconds.get(name, 0.0) + t
+        # The sample cache's counts and warnings travel with the shard's result, as with a
+        # chunk's: the report counts the values this pass wrote, and a warning is said.
+        for name, counts in part.cache.items():
+            summed = total.cache.setdefault(name, [0] * len(counts))
+            summed[:] = [a + b for a, b in zip(summed, counts, strict=True)]
+        total.notes.extend(part.notes)
         if part.failure is not None:
             total.failure = part.failure
             break

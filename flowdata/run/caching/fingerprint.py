@@ -3,7 +3,7 @@
 :func:`code_key` digests a function's source text and, following the global names its code
 reads (in nested functions, comprehensions and lambdas too):
 
-- **module-level objects** it reads, by their state (:func:`flowdata.digest.digest`):
+- **module-level objects** it reads, by their state (:func:`flowdata.run.caching.digest.digest`):
   numbers, strings, enums, tuples, arrays and tensors by value; torch modules by their
   parameters, buffers and settings (weights loaded into a module-level encoder change the
   key); instances and dataclasses through their attributes. A module-level ``list``,
@@ -25,7 +25,7 @@ standard library and site-packages). What the key cannot see: code reached throu
 ``getattr`` with a computed name, ``eval``/``exec``, and a data file rewritten with the
 same size and modification time. An object whose state cannot be read at all -- an open
 file, a lock, a connection, a compiled function of the user's own -- raises
-:class:`~flowdata.digest.Unseen` naming it and the function that reaches it.
+:class:`~flowdata.run.caching.digest.Unseen` naming it and the function that reaches it.
 
 :func:`file_stats` finds every string, anywhere in a value (nested lists, tuples and dicts
 included), that names an existing file, with its size and modification time.
@@ -40,15 +40,15 @@ import hashlib
 import inspect
 import os
 import sys
-import sysconfig
 import threading
 import types
 from collections.abc import Iterator
 from typing import Any
 
-from flowdata.digest import Unseen, is_code
+from flowdata.run.caching.digest import Unseen, digest_with, is_code, reading
+from flowdata.run.caching.installed import is_user_module, package_version
 
-__all__ = ["code_key", "file_stats", "is_user_module", "package_version"]
+__all__ = ["code_key", "digest", "file_stats", "is_user_module", "package_version"]
 
 _CONSTANT = (bool, int, float, complex, str, bytes, type(None))
 # Mutable containers at module level, per-thread stores included: keyed by their type (see reached()).
@@ -56,53 +56,13 @@ _MUTABLE = (list, dict, set, bytearray, collections.deque, collections.abc.Mutab
             collections.abc.MutableSequence, collections.abc.MutableSet, threading.local)
 
 
-@functools.lru_cache(maxsize=1)
-def _installed_roots() -> tuple[str, ...]:
-    paths = sysconfig.get_paths()
-    roots = {paths[k] for k in ("stdlib", "platstdlib", "purelib", "platlib") if k in paths}
-    roots |= {os.path.dirname(os.__file__), sys.prefix, sys.base_prefix}
-    return tuple(sorted(os.path.realpath(r) + os.sep for r in roots))
-
-
-def is_user_module(module: types.ModuleType | None) -> bool:
-    """Whether ``module`` is the user's own (a file outside the Python installation)."""
-    if module is None:
-        return False
-    name = module.__name__
-    if name == "flowdata" or name.startswith("flowdata."):
-        return False  # the library itself: keyed by its version
-    file = getattr(module, "__file__", None)
-    if not file:
-        return False  # built-in
-    real = os.path.realpath(file)
-    return not real.startswith(_installed_roots())
-
-
-@functools.lru_cache(maxsize=256)
-def package_version(module_name: str) -> str:
-    """The installed version of the package a module belongs to ("?" when unknown)."""
-    import importlib.metadata  # here: it costs about 30 ms to import, and only a pass-cache key needs it
-
-    top = module_name.split(".")[0]
-    try:
-        return importlib.metadata.version(top)
-    except Exception:
-        if top == "flowdata":
-            import flowdata
-
-            return str(flowdata.__version__)
-        return getattr(sys.modules.get(top), "__version__", "?")
-
-
 def code_key(fn: Any) -> str:
     """A SHA-256 of ``fn``'s code and of everything it reaches (see the module docstring).
 
     Raises:
-        flowdata.digest.Unseen: it reaches an object whose state cannot be read (an open
+        flowdata.run.caching.digest.Unseen: it reaches an object whose state cannot be read (an open
             file, a lock, a compiled function of the user's own), named with where it is.
     """
-    from flowdata.digest import reading
-
     with reading() as ctx:
         known = ctx.codes.get(id(fn))
         if known is not None and known[0] is fn:  # one digest in progress reads a class once
@@ -111,6 +71,16 @@ def code_key(fn: Any) -> str:
         _Walker(h).visit(fn)
         key = ctx.codes[id(fn)] = (fn, h.hexdigest())
     return key[1]
+
+
+def digest(value: Any) -> str:
+    """A stable SHA-256 of ``value`` by content (:func:`flowdata.run.caching.digest.digest_with`), the
+    functions and classes in it by :func:`code_key`.
+
+    Raises:
+        flowdata.run.caching.digest.Unseen: ``value`` holds an object whose state cannot be read.
+    """
+    return digest_with(value, code_key)
 
 
 class _Walker:
@@ -217,8 +187,6 @@ class _Walker:
             self.value(value, where)
 
     def value(self, value: Any, where: str = "") -> None:
-        from flowdata.digest import digest
-
         try:
             self.put("value:" + digest(value))
         except Unseen as exc:

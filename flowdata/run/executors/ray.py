@@ -18,7 +18,7 @@ engine that already schedules tasks across machines, rather than a home-made one
   what crosses is what crosses to a :class:`~flowdata.run.executors.ProcessExecutor`'s
   workers, and a result that cannot be pickled, or an exception of ``fn``, is reported
   the way that executor reports it. A Ray worker that dies (killed, out of memory, its
-  node lost) is a :class:`~flowdata.run.executors.WorkerDied`; Ray does not retry the
+  node lost) is a :class:`~flowdata.errors.WorkerDied`; Ray does not retry the
   task (``max_retries=0``): flowdata knows which chunks to compute again (a sample past
   ``timeout=`` is reported, not retried).
 * **Ctrl-C.** A ``ray.init`` or ``ray.shutdown`` cut in two by a ``KeyboardInterrupt``
@@ -51,8 +51,9 @@ from collections import OrderedDict, deque
 from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from flowdata.errors import FlowdataError, describe
-from flowdata.run.executors import WorkerDied, pickled_task, sigint_deferred
+from flowdata.errors import FlowdataError, WorkerDied, describe
+from flowdata.run.executors.contract import pickled_task
+from flowdata.run.executors.signals import sigint_deferred
 
 if TYPE_CHECKING:
     from types import ModuleType

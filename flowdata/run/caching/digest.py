@@ -12,7 +12,10 @@
   sparse ones by their indices and values); torch modules by each submodule's class,
   settings, parameters and buffers;
 - functions, classes and ``functools`` wrappers by their code and everything it reaches
-  (:func:`flowdata.fingerprint.code_key`; a wrapper through ``__wrapped__``);
+  (the ``code_key`` given, :func:`flowdata.run.caching.fingerprint.code_key` by
+  :func:`flowdata.run.caching.fingerprint.digest`; a wrapper through ``__wrapped__``). The two keys
+  call each other -- code reaches constants, a value holds functions -- so the code key
+  is handed to this module, which imports nothing of flowdata's;
 - dataclasses (such as ``Stats`` and ``Vocab``) field by field, and any other object
   through what pickling would save of it -- its attributes (its ``__getstate__``) and what
   rebuilds it -- read, never pickled, so that it is keyed by the same state that makes it.
@@ -26,6 +29,7 @@ refuse to cache (``cache=``) or warn and recompute (the pass cache) instead.
 from __future__ import annotations
 
 import copyreg
+import pickle
 import dataclasses
 import enum
 import functools
@@ -35,11 +39,13 @@ import sys
 import threading
 import types
 import weakref
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
 
-__all__ = ["Unseen", "class_key", "digest", "is_code", "reading"]
+from flowdata.run.caching.installed import is_user_module, package_version
+
+__all__ = ["Unseen", "class_key", "digest_with", "is_code", "reading"]
 
 _PLAIN = (bool, int, float, complex, str)
 
@@ -80,15 +86,19 @@ class _Context(threading.local):
         self.active: set[int] = set()
         self.codes: dict[int, tuple[Any, str]] = {}
         self.big: dict[int, tuple[Any, str]] = {}
+        self.code: Callable[[Any], str] | None = None  # the code key of the outermost digest
 
 
 _CTX = _Context()
 
 
 @contextmanager
-def reading() -> Iterator[_Context]:
-    """The context of the outermost digest or code key in progress (made, then forgotten)."""
+def reading(code: Callable[[Any], str] | None = None) -> Iterator[_Context]:
+    """The context of the outermost digest or code key in progress (made, then forgotten);
+    ``code`` keys the functions met in values, unless an outer digest gave one already."""
     ctx = _CTX
+    if ctx.code is None:
+        ctx.code = code
     ctx.depth += 1
     try:
         yield ctx
@@ -98,16 +108,18 @@ def reading() -> Iterator[_Context]:
             ctx.active.clear()
             ctx.codes.clear()
             ctx.big.clear()
+            ctx.code = None
 
 
-def digest(value: Any) -> str:
-    """A stable SHA-256 of ``value`` by content (see the module docstring).
+def digest_with(value: Any, code_key: Callable[[Any], str]) -> str:
+    """A stable SHA-256 of ``value`` by content (see the module docstring), the functions
+    and classes in it keyed by ``code_key``.
 
     Raises:
         Unseen: ``value`` holds an object whose state cannot be read.
     """
     h = hashlib.sha256()
-    with reading():
+    with reading(code_key):
         _feed(h, value)
     return h.hexdigest()
 
@@ -141,9 +153,10 @@ def _feed(h: Any, value: Any) -> None:
     elif t.__module__.startswith("datasets."):
         _feed_hf(h, value)
     elif is_code(value):
-        from flowdata.fingerprint import code_key
-
-        h.update(f"code:{code_key(value)};".encode())
+        code = _CTX.code
+        if code is None:  # digest_with() and the code key itself always give one
+            raise RuntimeError("flowdata.run.caching.digest: a function met outside digest_with()/a code key")
+        h.update(f"code:{code(value)};".encode())
     else:
         _once(h, value, _feed_object)
 
@@ -213,8 +226,6 @@ def _feed_reduced(h: Any, value: Any) -> None:
         why = "" if str(exc).startswith("cannot pickle") else f": {type(exc).__name__}: {exc}"
         raise Unseen(f"a {_name(t)}, whose state cannot be read{why}") from None
     if isinstance(rv, str):  # a named global: a builtin function, a ufunc, a singleton
-        from flowdata.fingerprint import is_user_module, package_version
-
         module = getattr(value, "__module__", None) or t.__module__
         if is_user_module(sys.modules.get(module)) and isinstance(value, types.BuiltinFunctionType):
             raise Unseen(f"{module}.{rv}, a compiled function of your own, whose code cannot be read")
@@ -328,13 +339,31 @@ def _feed_tensor(h: Any, value: Any) -> None:
 
 
 def _feed_hf(h: Any, value: Any) -> None:
-    """A Hugging Face dataset by its own fingerprint (see :mod:`flowdata.cache`)."""
-    from flowdata.cache import _feed_hf as feed
-
+    """A Hugging Face dataset by its own fingerprint."""
     try:
-        feed(h, value)
+        _hf_state(h, value)
     except Exception as exc:
         raise Unseen(f"a {_name(type(value))}, which has no fingerprint: {type(exc).__name__}: {exc}") from None
+
+
+def _hf_state(h: Any, value: Any) -> None:
+    """A Hugging Face dataset by its own fingerprint, never by its pickle (a map-style
+    dataset held in memory pickles whole; a stream's generator may be a lambda)."""
+    fingerprint = getattr(value, "_fingerprint", None)
+    if isinstance(fingerprint, str):  # datasets.Dataset: derived from its data and every operation on it
+        h.update(f"datasets:{type(value).__qualname__}:{fingerprint}:{len(value)};".encode())
+        return
+    from datasets.fingerprint import Hasher
+
+    try:  # a stream: its generator's code and arguments (its rows are fingerprinted as a source's items)
+        # Less the file systems ``datasets`` keeps for its workers (``HfFileSystem._cache``):
+        # instances whose pickle differs in every process, so a key that held them would
+        # never hit in a new process.
+        state = {k: v for k, v in vars(value).items() if not k.endswith("__hffs_cache")}
+        h.update(f"datasets:{type(value).__qualname__}:{Hasher.hash(state)};".encode())
+    except Exception:
+        h.update(f"pickle:{type(value).__qualname__}:".encode())
+        h.update(pickle.dumps(value, protocol=4))
 
 
 # torch's own bookkeeping in a module's __dict__: hooks, and the containers hashed apart

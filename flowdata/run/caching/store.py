@@ -1,7 +1,7 @@
 """The sample cache on disk: per-sample values as raw arrays in checksummed segment files.
 
 A cached node's values live in a folder of their own (named after the node and the digest
-of everything its values depend on, :mod:`flowdata.run.samplecache`), as **segments**:
+of everything its values depend on, :mod:`flowdata.run.caching.samplecache`), as **segments**:
 files that one writer (one process) fills and renames into place in one step, never
 changed afterwards, that readers memory-map::
 
@@ -27,13 +27,13 @@ match its checksum, is left out whole and removed: logged once with its path, it
 are computed again and written anew. Something that is not a file where a segment should
 be (a FIFO, a socket, a device, a folder named ``*.seg``) is never opened for reading (a
 FIFO would wait for a writer): it is ignored, left alone and logged once, and its
-samples are computed (:mod:`flowdata._files`).
+samples are computed (:mod:`flowdata.io`).
 
 A folder that cannot be written (read-only, a full disk, a file in the way) leaves nothing
 behind (a segment is written to a temporary name and renamed into place, or removed) and
 gives one warning naming the ``cache_dir``; the values go on being computed, counted as
 ``not_cached``, and what the folder holds is still read. Both warnings are *notes*
-(:data:`flowdata.cache.Note`) that travel with the chunk's result to the process driving
+(:data:`flowdata.run.caching.passcache.Note`) that travel with the chunk's result to the process driving
 the run, which logs each once (:func:`take_notes`): several workers meeting one damaged
 segment or one full disk give one warning, in the main process.
 """
@@ -278,7 +278,7 @@ _NOTES: list[tuple[str, str, str]] = []  # this process's notes not yet sent (se
 
 def take_notes() -> list[tuple[str, str, str]]:
     """The warnings this process's stores made since the last call (to be said once, where
-    the run is driven: :func:`flowdata.cache.say`)."""
+    the run is driven: :func:`flowdata.run.caching.passcache.say`)."""
     if not _NOTES:
         return []
     notes = _NOTES[:]
@@ -407,7 +407,7 @@ class SampleStore:
                 self._open(os.path.join(self.folder, name))
 
     def _open(self, path: str) -> None:
-        from flowdata._files import NotAFile, open_regular
+        from flowdata.io import NotAFile, open_regular
 
         try:
             with open_regular(path) as f:
@@ -496,7 +496,7 @@ class SampleStore:
 
     def drop(self) -> None:
         """Forgets the queued records (their chunk failed: see
-        :meth:`flowdata.run.samplecache.ChunkCache.drop`)."""
+        :meth:`flowdata.run.caching.samplecache.ChunkCache.drop`)."""
         self._pending, self._written = [], 0
 
     def flush(self) -> tuple[int, int]:
@@ -529,7 +529,7 @@ class SampleStore:
                     f.write(p)
             os.replace(tmp, os.path.join(self.folder, name))
         except OSError as exc:
-            from flowdata.cache import unwritable
+            from flowdata.run.caching.passcache import unwritable
 
             try:
                 os.remove(tmp)  # nothing partial is left

@@ -1,28 +1,14 @@
-"""Executors: where chunks of per-sample work run.
+"""The process pool: tasks in worker processes, results in task order.
 
-The contract is one method::
-
-    class Executor(Protocol):
-        def map(self, fn, tasks, *, context) -> Iterator[result]: ...
-
-``map`` calls ``fn(context, task)`` for every task and yields the results **in task
-order**, lazily: it pulls tasks only as it has room for them, and closing the returned
-iterator stops pulling and drops pending work. ``fn`` is a module-level function, and
-``context`` and the tasks are picklable, so an executor may run them anywhere (a process
-pool here; a cluster engine plugs in the same way). ``context`` is the same for every task
-of one ``map`` call (for flowdata: the program, the pass and its whole values), so an
-executor that runs tasks elsewhere sends it **once per worker**, not with every task;
-flowdata sends *chunks* of samples, never one task per sample.
-
-A context may offer ``describe_unpicklable() -> str``, which an executor uses to say what
-kept it from crossing to another process. ``close()`` is optional; executors flowdata
-creates itself are closed after the call. ``tests/conformance/test_executors.py`` holds the suite
-that every executor must pass.
+:class:`ProcessExecutor` follows the contract of :mod:`flowdata.run.executors.contract`:
+the context is written once per ``map`` call to a file every worker reads once, tasks are
+pulled only while there is room for them, and a worker that dies is a ``WorkerDied`` naming
+the tasks it held. Workers are started with Ctrl-C held back
+(:func:`~flowdata.run.executors.signals.sigint_deferred`) and end when their parent does.
 """
 
 from __future__ import annotations
 
-import inspect
 import os
 import signal
 import pickle
@@ -33,49 +19,21 @@ import uuid
 import weakref
 from collections import OrderedDict, deque
 from collections.abc import Callable, Iterable, Iterator
-from contextlib import contextmanager
-from types import FrameType
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar, runtime_checkable
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from flowdata.run import scratch
-from flowdata.errors import FlowdataError, describe
+from flowdata.errors import FlowdataError, WorkerDied, describe
+from flowdata.run.executors.contract import pickled_task
+from flowdata.run.executors.signals import Held, sigint_deferred
 
 if TYPE_CHECKING:  # imported where a pool starts: `import flowdata` stays light
     from concurrent.futures import Future, ProcessPoolExecutor
 
-__all__ = ["Executor", "InlineExecutor", "ProcessExecutor", "WorkerDied", "resolve_executor"]
+__all__ = ["ProcessExecutor"]
 
 T = TypeVar("T")
 R = TypeVar("R")
 C = TypeVar("C")
-
-
-class WorkerDied(FlowdataError):
-    """A worker process ended while it ran a task (killed, out of memory, a native crash)."""
-
-
-@runtime_checkable
-class Executor(Protocol):
-    """Runs ``fn(context, task)`` over tasks and yields results in task order, lazily."""
-
-    def map(self, fn: Callable[[C, T], R], tasks: Iterable[T], *, context: C) -> Iterator[R]:
-        """Yields ``fn(context, task)`` for each task, in order."""
-        ...
-
-
-class InlineExecutor:
-    """Runs every task in the calling thread, one after the other."""
-
-    def map(self, fn: Callable[[C, T], R], tasks: Iterable[T], *, context: C) -> Iterator[R]:
-        """Yields ``fn(context, task)`` for each task, in order."""
-        for task in tasks:
-            yield fn(context, task)
-
-    def close(self) -> None:
-        """Nothing to release."""
-
-    def __repr__(self) -> str:
-        return "InlineExecutor()"
 
 
 class ProcessExecutor:
@@ -235,19 +193,6 @@ class ProcessExecutor:
 _END: Any = object()
 
 
-def pickled_task(task: Any, where: str) -> bytes:
-    """``task`` pickled to be sent to ``where`` (``"worker processes"``, ``"Ray workers"``), or
-    the error of the call that says what to yield instead."""
-    try:
-        return pickle.dumps(task, protocol=pickle.HIGHEST_PROTOCOL)
-    except Exception as exc:
-        raise FlowdataError(
-            f"a task cannot be sent to {where}: {describe(exc)}\n"
-            "  fix: yield picklable items from the source (paths, numbers, dicts of them), "
-            "or use executor='inline'"
-        ) from exc
-
-
 def _wait(future: Future[R]) -> R:
     """The future's result, waited for in short slices.
 
@@ -261,62 +206,6 @@ def _wait(future: Future[R]) -> R:
             return future.result(timeout=0.5)
         except TimeoutError:
             continue
-
-
-@contextmanager
-def sigint_deferred() -> Iterator[None]:
-    """Holds a Ctrl-C back while the block runs (in the main thread), then delivers it.
-
-    A block that forks (a pool starting a worker) must not be cut in two: a
-    ``KeyboardInterrupt`` raised inside the interpreter's at-fork hooks is printed and
-    dropped ("Exception ignored in ... _releaseLock"), so the run would go on, stuck with
-    its stuck worker; and one raised between the fork of a process pool's workers and the
-    start of its manager thread leaves workers that nobody will ever tell to stop, which
-    the interpreter then joins at exit forever.
-
-    Blocking the signal in the main thread is not enough for that: the kernel then hands it
-    to any other thread of the process (torch's, a library's), whose C handler still trips
-    the flag the main thread's interpreter raises from, inside the block. So the Python
-    handler itself is swapped for one that only records the signal; when the block ends
-    the saved handler is put back and, if a Ctrl-C came, called (the default one raises
-    ``KeyboardInterrupt`` there). The signal is also blocked for the block, so that children
-    forked meanwhile start with it held back (their parent ends them; a pool worker takes
-    the parent's own handler back in :func:`_init_worker`).
-    """
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    held = _Held(signal.getsignal(signal.SIGINT))
-    signal.signal(signal.SIGINT, held)
-    mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
-    try:
-        yield
-    finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, mask)  # a Ctrl-C kept pending arrives now, to ``held``
-        signal.signal(signal.SIGINT, held.outer)
-        held.deliver()
-
-
-class _Held:
-    """A SIGINT handler that records the signal, to be delivered to ``outer`` later."""
-
-    def __init__(self, outer: Any):
-        self.outer = outer  # the handler it stands in for (a callable, SIG_DFL, SIG_IGN or None)
-        self.frame: FrameType | None = None
-        self.came = False
-
-    def __call__(self, signum: int, frame: FrameType | None) -> None:
-        self.came, self.frame = True, frame
-
-    def deliver(self) -> None:
-        """Does what a Ctrl-C during the block would have done, now."""
-        if not self.came:
-            return
-        self.came = False
-        if callable(self.outer):
-            self.outer(signal.SIGINT, self.frame)
-        elif self.outer == signal.SIG_DFL:
-            os.kill(os.getpid(), signal.SIGINT)
 
 
 _CONTEXTS: OrderedDict[str, Any] = OrderedDict()
@@ -354,7 +243,7 @@ def _init_worker(parent: int) -> None:
     whichever thread submits first.)
     """
     handler = signal.getsignal(signal.SIGINT)
-    if isinstance(handler, _Held):  # forked inside sigint_deferred: the parent's own handler again
+    if isinstance(handler, Held):  # forked inside sigint_deferred: the parent's own handler again
         signal.signal(signal.SIGINT, handler.outer if handler.outer is not None else signal.SIG_DFL)
     signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})  # forked with it held back
     for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
@@ -372,34 +261,3 @@ def _watch_parent(parent: int) -> None:
     os._exit(1)
 
 
-def resolve_executor(executor: object) -> tuple[Executor, bool]:
-    """The executor for an ``executor=`` argument, and whether flowdata owns (closes) it."""
-    if executor is None or executor == "inline":
-        return InlineExecutor(), True
-    if executor == "processes":
-        return ProcessExecutor(), True
-    if executor == "ray":  # joins a running Ray, else starts a local one for this call
-        from flowdata.run.ray_executor import RayExecutor
-
-        return RayExecutor(), True
-    if isinstance(executor, str):
-        raise FlowdataError(
-            f"unknown executor {executor!r}\n"
-            "  fix: use 'inline', 'processes', 'ray', or an object with a map(fn, tasks, *, context) "
-            "method such as flowdata.ProcessExecutor(num_workers=2)"
-        )
-    if not isinstance(executor, Executor) or not _takes_context(executor):
-        raise FlowdataError(
-            f"executor {executor!r} has no map(fn, tasks, *, context) method\n"
-            "  fix: pass 'inline', 'processes', 'ray', or an object implementing flowdata.Executor "
-            "(map calls fn(context, task) for every task and yields the results in order)"
-        )
-    return executor, False
-
-
-def _takes_context(executor: object) -> bool:
-    try:
-        params = inspect.signature(executor.map).parameters  # type: ignore[attr-defined]
-    except (TypeError, ValueError):
-        return True  # cannot tell: let it run
-    return "context" in params or any(p.kind is p.VAR_KEYWORD for p in params.values())

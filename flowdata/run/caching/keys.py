@@ -1,6 +1,6 @@
 """The pass cache seen from the engine: the key of a pass's reductions, loading, storing.
 
-Storage, digests and file fingerprints live in :mod:`flowdata.cache`; this module decides
+Storage, digests and file fingerprints live in :mod:`flowdata.run.caching.passcache`; this module decides
 what a pass's key covers (see that module's docstring) and restores reducers from it.
 """
 
@@ -11,15 +11,16 @@ import logging
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from flowdata.cache import PassCache
-from flowdata.digest import Unseen, digest, reading
-from flowdata.fingerprint import code_key, file_stats, package_version
+from flowdata.run.caching.passcache import PassCache
+from flowdata.run.caching.digest import Unseen, reading
+from flowdata.run.caching.fingerprint import code_key, digest, file_stats
+from flowdata.run.caching.installed import package_version
 from flowdata.discover import Program
 from flowdata.node import Node
 from flowdata.plan import GroupPlan, PassPlan
 from flowdata.report import Skip
 from flowdata.run.kernel import FoldSpec
-from flowdata.run.source import Source
+from flowdata.run.sources.adapters import Source
 
 __all__ = ["ReductionCache"]
 
@@ -45,7 +46,7 @@ def _code_of(node: Node) -> str:
 
 
 class ReductionCache:
-    """The reductions of passes, kept in a :class:`~flowdata.cache.PassCache`.
+    """The reductions of passes, kept in a :class:`~flowdata.run.caching.passcache.PassCache`.
 
     Args:
         store: Where entries live.

@@ -17,7 +17,7 @@
 
 Hugging Face's ``IterableDataset`` keeps only "its" shards when iterated inside a torch
 DataLoader worker; a shard read here (and any source iterated by
-:func:`~flowdata.run.source.guarded`) is read with the worker hidden, so nothing is
+:func:`~flowdata.run.sources.contract.guarded`) is read with the worker hidden, so nothing is
 split twice.
 """
 
@@ -28,7 +28,7 @@ from typing import Any
 
 from flowdata.errors import FlowdataError, NodeError, describe, user_traceback
 from flowdata.node import Node
-from flowdata.run.source import guarded
+from flowdata.run.sources.contract import guarded
 
 __all__ = ["SHARD_STRIDE", "DatasetIndex", "ShardedSource", "is_hf_dataset", "is_sharded", "shard_of"]
 
@@ -143,7 +143,7 @@ class ShardedSource:
 
     def fingerprint(self) -> tuple[str, int]:
         """(digest, count) of the items (reads them once)."""
-        from flowdata.cache import fingerprint_items
+        from flowdata.run.caching.passcache import fingerprint_items
 
         return fingerprint_items(self.open())
 
@@ -179,7 +179,7 @@ class DatasetIndex:
         """(digest, count): the dataset's ``_fingerprint``, and the files its string columns name."""
         import hashlib
 
-        from flowdata.fingerprint import file_stats
+        from flowdata.run.caching.fingerprint import file_stats
 
         h = hashlib.sha256(f"datasets:{self.dataset._fingerprint}:{len(self.dataset)}".encode())
         table = self.dataset.data

@@ -14,8 +14,8 @@ A group's samples come from a :class:`Source`:
 Adapters: :class:`IndexSource` over a sized, indexable object returned by the source
 function (a list: :class:`SequenceIndex`, used as it is; an Arrow table or a pandas
 DataFrame, one dict per row: :class:`TableIndex`; a
-``datasets.Dataset``: :class:`~flowdata.run.shards.DatasetIndex`) or over an Arrow index
-(:class:`ArrowIndex`); :class:`~flowdata.run.shards.ShardedSource` over an iterable in
+``datasets.Dataset``: :class:`~flowdata.run.sources.sharded.DatasetIndex`) or over an Arrow index
+(:class:`ArrowIndex`); :class:`~flowdata.run.sources.sharded.ShardedSource` over an iterable in
 shards (a ``datasets.IterableDataset``), whose ``keyed()`` gives each item with its own
 sample index; :class:`IterableSource` over anything else (a generator), which is read once -- :func:`indexed` stores its items in an
 Arrow IPC file that every worker memory-maps, so a worker's private memory does not grow
@@ -36,11 +36,13 @@ import tempfile
 import weakref
 from collections.abc import Iterable, Iterator, Sequence
 from itertools import islice
-from typing import Any, Protocol, runtime_checkable
+from typing import Any
 
 from flowdata.run import scratch, writers
 from flowdata.errors import FlowdataError, NodeError, describe, short_repr, user_traceback
+from flowdata.io import mapped_path, open_mapped
 from flowdata.node import Node
+from flowdata.run.sources.contract import ItemIndex, Source, guarded
 
 __all__ = [
     "ArrowIndex",
@@ -50,7 +52,6 @@ __all__ = [
     "SequenceIndex",
     "Source",
     "TableIndex",
-    "mapped_table",
     "as_source",
     "call_source",
     "guarded",
@@ -58,19 +59,6 @@ __all__ = [
 ]
 
 _BATCH = 65_536
-
-
-@runtime_checkable
-class ItemIndex(Protocol):
-    """Random access to a group's items."""
-
-    def __len__(self) -> int: ...
-
-    def take(self, indices: Sequence[int]) -> list[Any]:
-        """The items at ``indices``, in that order."""
-        ...
-
-    def __iter__(self) -> Iterator[Any]: ...
 
 
 class SequenceIndex:
@@ -108,14 +96,12 @@ class TableIndex:
         self._starts: Any = None
 
     def __getstate__(self) -> dict[str, Any]:
-        mapped = _MAPPED.get(id(self.table))
+        mapped = mapped_path(self.table)
         return {"mapped": mapped} if mapped is not None else {"table": self.table}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         if "mapped" in state:  # mapped here too (the file belongs to the process that made it)
-            table = _open_mapped(state["mapped"])
-            _MAPPED[id(table)] = state["mapped"]
-            weakref.finalize(table, _MAPPED.pop, id(table), None)
+            table = open_mapped(state["mapped"])
         else:
             table = state["table"]
         self.__init__(table)  # type: ignore[misc]
@@ -158,44 +144,6 @@ class TableIndex:
     def __iter__(self) -> Iterator[Any]:
         for start in range(0, len(self.table), _BATCH):
             yield from self.take(range(start, min(start + _BATCH, len(self.table))))
-
-
-_MAPPED: dict[int, str] = {}  # id of a table made by mapped_table() -> the Arrow file it maps
-
-
-def mapped_table(batches: Iterable[Any], schema: Any, name: str = "table") -> Any:
-    """A ``pyarrow.Table`` of record ``batches``, written to an Arrow IPC file in a scratch
-    folder and memory-mapped from it: its rows live in the page cache, not in this
-    process's heap, a forked worker shares them, and a :class:`TableIndex` of it pickles as
-    the file's path (a worker maps the same file instead of unpickling a copy). The file is
-    removed when the table is collected (and at exit, see :mod:`flowdata.run.scratch`)."""
-    import pyarrow as pa
-
-    folder = scratch.make("index")
-    path = os.path.join(folder, f"{name}.arrow")
-    try:
-        with pa.OSFile(path, "wb") as sink, pa.ipc.new_file(sink, schema) as writer:
-            for batch in batches:
-                writer.write_batch(batch)
-        table = _open_mapped(path)
-    except BaseException:
-        scratch.remove(folder)
-        raise
-    key = id(table)
-    _MAPPED[key] = path
-    weakref.finalize(table, _unmap, key, folder)
-    return table
-
-
-def _open_mapped(path: str) -> Any:
-    import pyarrow as pa
-
-    return pa.ipc.open_file(pa.memory_map(path, "r")).read_all()
-
-
-def _unmap(key: int, folder: str) -> None:
-    _MAPPED.pop(key, None)
-    scratch.remove(folder)
 
 
 def _is_table(value: Any) -> bool:
@@ -284,71 +232,6 @@ class ArrowIndex:
             yield from ((tuple(v.values()) for v in values) if self.as_tuple else values)
 
 
-@runtime_checkable
-class Source(Protocol):
-    """Where a group's samples come from (see the module docstring)."""
-
-    node: Node
-
-    def open(self) -> Iterator[Any]:
-        """The items in sample order; a failure names the source function."""
-        ...
-
-    def index(self) -> ItemIndex | None:
-        """Random access to the items, or None."""
-        ...
-
-    def fingerprint(self) -> tuple[str, int]:
-        """(digest, count) of the items, for the pass cache."""
-        ...
-
-    def shard(self, rank: int, world_size: int) -> Iterator[tuple[int, Any]]:
-        """The ``(index, item)`` pairs rank ``rank`` of ``world_size`` takes."""
-        ...
-
-
-def guarded(items: Iterable[Any], source: Node, start: int = 0, where: str = "") -> Iterator[Any]:
-    """The items; an error raised while producing one is the source's ``NodeError``.
-
-    Inside a DataLoader worker, the items are produced with the worker hidden
-    (:func:`_next_unsplit`): flowdata decides which process reads what, so a library that
-    splits its data by ``get_worker_info()`` (Hugging Face's ``IterableDataset`` does) must
-    not split it again. ``where`` says more about the sample: ``{}`` is its position among the items.
-    """
-    it = iter(items)
-    index = start
-    try:
-        while True:
-            try:
-                item = _next_unsplit(it)
-            except StopIteration:
-                return
-            except Exception as exc:
-                raise NodeError(
-                    source.name, source.location,
-                    f"{describe(exc)} (while producing sample {index}{where.format(index - start)})",
-                ) from exc.with_traceback(user_traceback(exc.__traceback__))
-            yield item
-            index += 1
-    finally:
-        close = getattr(it, "close", None)
-        if close is not None:
-            close()
-
-
-def _next_unsplit(it: Iterator[Any]) -> Any:
-    """``next(it)`` with torch's DataLoader worker information hidden, inside a worker."""
-    worker = sys.modules.get("torch.utils.data._utils.worker")
-    info = getattr(worker, "_worker_info", None)
-    if info is None:
-        return next(it)
-    worker._worker_info = None  # type: ignore[union-attr]
-    try:
-        return next(it)
-    finally:
-        worker._worker_info = info  # type: ignore[union-attr]
-
-
 class IndexSource:
     """A source with random access to its items."""
 
@@ -366,7 +249,7 @@ class IndexSource:
 
     def fingerprint(self) -> tuple[str, int]:
         """(digest, count) of the items (the index's own, when it has one)."""
-        from flowdata.cache import fingerprint_items
+        from flowdata.run.caching.passcache import fingerprint_items
 
         own = getattr(self.items, "fingerprint", None)
         return own() if own is not None else fingerprint_items(self.open())
@@ -405,7 +288,7 @@ class IterableSource:
 
     def fingerprint(self) -> tuple[str, int]:
         """(digest, count) of the items (reads them)."""
-        from flowdata.cache import fingerprint_items
+        from flowdata.run.caching.passcache import fingerprint_items
 
         return fingerprint_items(self.open())
 
@@ -429,10 +312,10 @@ def call_source(node: Node, kwargs: dict[str, Any]) -> Source:
 
 def as_source(node: Node, value: Any) -> Source:
     """The source adapter for what ``node``'s function returned: a ``datasets.Dataset``
-    (:class:`~flowdata.run.shards.DatasetIndex`) or another sized, indexable object is the
-    index; an iterable in shards is a :class:`~flowdata.run.shards.ShardedSource`; any
+    (:class:`~flowdata.run.sources.sharded.DatasetIndex`) or another sized, indexable object is the
+    index; an iterable in shards is a :class:`~flowdata.run.sources.sharded.ShardedSource`; any
     other iterable is read once, in order."""
-    from flowdata.run.shards import DatasetIndex, ShardedSource, is_hf_dataset, is_sharded
+    from flowdata.run.sources.sharded import DatasetIndex, ShardedSource, is_hf_dataset, is_sharded
 
     if is_hf_dataset(value):
         return IndexSource(node, DatasetIndex(value))
@@ -468,10 +351,10 @@ def _write_index(items: Iterable[Any], directory: str | None, name: str) -> Item
     next run. A place that cannot take the file (read-only, a full disk, a file in the
     way) loses nothing: the part written is read back from the file, which is removed,
     and the write goes on at the next place -- the source is read once. A ``cache_dir``
-    that cannot be written gives its one warning (:func:`flowdata.cache.unwritable`); an
+    that cannot be written gives its one warning (:func:`flowdata.run.caching.passcache.unwritable`); an
     index kept in memory (no folder took it) gives one naming the temporary folder.
     """
-    from flowdata.cache import say, unwritable
+    from flowdata.run.caching.passcache import say, unwritable
 
     made = _Batches(iter(items), name)
     batches: Iterator[Any] = iter(made)
@@ -610,7 +493,7 @@ def _into_place(written: str, folder: str, name: str) -> str:
     under that name (a FIFO, a socket, a device, a folder) is left alone and said once:
     the index is read from ``written``, removed like any temporary index once this
     process is gone."""
-    from flowdata._files import NotAFile
+    from flowdata.io import NotAFile
 
     try:
         digest = _file_digest(written)
@@ -618,7 +501,7 @@ def _into_place(written: str, folder: str, name: str) -> str:
         try:
             same = _file_digest(path) == digest
         except NotAFile as exc:
-            from flowdata.cache import say
+            from flowdata.run.caching.passcache import say
 
             say([("flowdata.cache", f"foreign:{path}",
                   f"{exc}, where the index of source '{name}' goes: it is left alone, and the index is read "
@@ -644,7 +527,7 @@ def _into_place(written: str, folder: str, name: str) -> str:
 def _file_digest(path: str) -> str:
     import hashlib
 
-    from flowdata._files import open_regular
+    from flowdata.io import open_regular
 
     h = hashlib.sha256()
     with open_regular(path) as f:
@@ -661,7 +544,7 @@ def _sweep(directory: str) -> None:
     """Removes the index files being written in ``directory`` (a ``cache_dir``) whose writer
     is gone (killed while writing: :func:`flowdata.run.writers.gone`); a warning says how
     many and how many bytes."""
-    from flowdata.cache import say
+    from flowdata.run.caching.passcache import say
 
     files = size = 0
     try:

@@ -1,0 +1,9 @@
+"""Where a group's samples come from.
+
+- :mod:`.contract`: the ``Source`` and ``ItemIndex`` contracts every adapter follows, and
+  ``guarded`` iteration (a source's error names it);
+- :mod:`.adapters`: what a source function's return value becomes -- indexes of lists,
+  Arrow tables and DataFrames, an Arrow file of a generator's items, plain iterables;
+- :mod:`.sharded`: streams in shards (``datasets.IterableDataset``, anything with
+  ``num_shards``/``shard``) and ``datasets.Dataset`` as an index.
+"""
