@@ -66,6 +66,10 @@ KINDS: dict[str, tuple[str, Callable[[], dict[str, Any]], int]] = {
                                        seed=3, rank=0, world_size=2), 2),
 }
 
+# The kinds whose loader starts DataLoader workers are marked `procs` (not in the fast tier).
+KIND_PARAMS = [pytest.param(k, marks=[pytest.mark.procs] if KINDS[k][1]().get("num_workers") else [])
+               for k in sorted(KINDS)]
+
 # state_dict() of each loader of KINDS after its cut, as flowdata 0.x saved it before the
 # datasets owned their positions (captured from that code, key order included).
 SAVED: dict[str, dict[str, Any]] = {
@@ -103,7 +107,7 @@ def _cut(loader: Any, out: str, cut: int) -> tuple[list[list[int]], dict[str, An
     return head, state
 
 
-@pytest.mark.parametrize("kind", sorted(KINDS))
+@pytest.mark.parametrize("kind", KIND_PARAMS)
 def test_a_state_saved_by_the_earlier_format_resumes_with_the_remaining_batches(dr: fd.Driver, kind: str) -> None:
     out, args, cut = KINDS[kind]
     full = _epoch(dr.dataloader([out], **args()), out)
@@ -114,7 +118,7 @@ def test_a_state_saved_by_the_earlier_format_resumes_with_the_remaining_batches(
     assert head + _epoch(resumed, out) == full
 
 
-@pytest.mark.parametrize("kind", sorted(KINDS))
+@pytest.mark.parametrize("kind", KIND_PARAMS)
 def test_each_kind_saves_plain_values_and_resumes_exactly_where_it_stopped(dr: fd.Driver, kind: str) -> None:
     out, args, cut = KINDS[kind]
     full = _epoch(dr.dataloader([out], **args()), out)
@@ -135,7 +139,7 @@ def test_each_kind_saves_plain_values_and_resumes_exactly_where_it_stopped(dr: f
         assert _epoch(again, out) == _epoch(nxt, out)
 
 
-@pytest.mark.parametrize("kind", ["map", "stream", "lanes"])
+@pytest.mark.parametrize("kind", [k for k in KIND_PARAMS if k.values[0] in ("map", "stream", "lanes")])
 def test_a_refused_state_leaves_the_restored_position_as_it_was(dr: fd.Driver, kind: str) -> None:
     out, args, cut = KINDS[kind]
     full = _epoch(dr.dataloader([out], **args()), out)

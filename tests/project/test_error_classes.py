@@ -160,7 +160,10 @@ FAULTS: dict[str, Fault] = {
 }
 
 PATHS = ("execute", "loader", "run_sample")
-CASES = [pytest.param(name, path, id=f"{name}-{path}")
+# A row that starts a worker process is marked `procs` (left out of the fast tier).
+STARTS_PROCESSES = {"a worker dies"}
+CASES = [pytest.param(name, path, id=f"{name}-{path}",
+                      marks=[pytest.mark.procs] if name in STARTS_PROCESSES else [])
          for name, fault in FAULTS.items() for path in PATHS if getattr(fault, path) is not None]
 
 
