@@ -34,12 +34,10 @@ from flowdata.errors import InputError, check_rank, expect_int
 from flowdata.node import Role
 from flowdata.report import Report, check_max_skipped
 from flowdata.run.batches import BatchStep
-from flowdata.run.caching.keys import ReductionCache
-from flowdata.run.caching.passcache import PassCache
 from flowdata.run.deadline import Watch
 from flowdata.run.executors import Executor, InlineExecutor, ProcessExecutor, resolve_executor
 from flowdata.run.kernel import PassSpec
-from flowdata.run.passes import Engine, Recorder, on_error_mode
+from flowdata.run.passes import Recorder, on_error_mode
 from flowdata.run.scheduler import Run
 from flowdata.run.sources.sharded import ShardedSource
 from flowdata.run.distributed.ranks import ItemsPrint, block_reprs, items_print, ranks_of
@@ -222,11 +220,9 @@ def build_dataset(
     cache_dir = os.fspath(options.cache_dir) if options.cache_dir is not None else None
     try:
         ranks = ranks_of(options.rank, options.world_size)
-        engine = Engine(driver.program, driver.graph.nodes, executor, recorder,
-                        rank=options.rank, world_size=options.world_size, timeout=options.timeout, ranks=ranks,
-                        samples=options.samples)
-        cache = ReductionCache(PassCache(cache_dir), driver.graph.nodes, driver.program) if cache_dir else None
-        run = Run(driver.graph, analysis, plan, values, engine, cache)
+        run = Run.open(driver.graph, analysis, driver.program, plan, values, executor, recorder,
+                       cache_dir=cache_dir or None, timeout=options.timeout, samples=options.samples,
+                       rank=options.rank, world_size=options.world_size, ranks=ranks)
         printed: list[ItemsPrint] = []
 
         def open_group(_: object = None) -> tuple[IndexSource | None, ShardedSource | None]:

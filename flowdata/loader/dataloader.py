@@ -25,7 +25,6 @@ import torch
 from torch.utils.data import DataLoader as TorchDataLoader
 
 from flowdata.errors import FlowdataError, WorkerDied, describe
-from flowdata.run.caching.passcache import say
 from flowdata.loader.accelerate import Prepared
 from flowdata.loader.datasets import BatchView
 from flowdata.loader.evening import Evening
@@ -334,17 +333,12 @@ class DataLoader(TorchDataLoader):  # type: ignore[type-arg]
         if batch.error is not None:
             raise batch.error.with_traceback(None)
         spec = self.flow_dataset.spec
-        if batch.cache:
-            self.recorder.report.add_cache(batch.cache)
         if batch.padding:
             self.recorder.report.padded += batch.padding
         if self._padding_seen is not None:
             self._padding_seen[self._served] = batch.padding
-        if batch.notes:
-            say(batch.notes)
-        try:
-            self.recorder.record(spec.group, spec.number, len(batch.indices), batch.node_seconds, batch.skipped,
-                                 batch.failure, batch.worker)
+        try:  # the batch is recorded as the engine records a chunk
+            self.recorder.check(spec.group, spec.number, batch)
         except FlowdataError as exc:
             raise exc.with_traceback(None) from exc.__cause__
 

@@ -139,6 +139,31 @@ class ChunkResult:
     cache: dict[str, list[int]] = field(default_factory=dict)
     notes: list[tuple[str, str, str]] = field(default_factory=list)
 
+    def absorb(self, part: ChunkResult) -> None:
+        """Adds the next chunk of the same run of samples (a shard read where it runs):
+        timings, skips, the sample cache's counts and notes; its columns, folded pieces and
+        delivered samples unless it failed (then its failure is this result's)."""
+        self.skipped.extend(part.skipped)
+        self.seconds += part.seconds
+        self.worker = part.worker
+        self.sample_bytes = max(self.sample_bytes, part.sample_bytes)
+        for name, t in part.node_seconds.items():
+            self.node_seconds[name] = self.node_seconds.get(name, 0.0) + t
+        for name, counts in part.cache.items():
+            summed = self.cache.setdefault(name, [0] * len(counts))
+            summed[:] = [a + b for a, b in zip(summed, counts, strict=True)]
+        self.notes.extend(part.notes)
+        if part.failure is not None:
+            self.failure = part.failure
+            return
+        if not isinstance(self.indices, list):
+            self.indices = list(self.indices)
+        self.indices.extend(part.indices)
+        for name, values in part.columns.items():
+            self.columns.setdefault(name, []).extend(values)
+        for name, pieces in part.pieces.items():
+            self.pieces.setdefault(name, []).extend(pieces)
+
 
 def _call_kw(fn: Callable[..., Any], names: tuple[str, ...], values: tuple[Any, ...]) -> Any:
     return fn(**dict(zip(names, values, strict=True)))

@@ -25,14 +25,13 @@ import dataclasses
 import logging
 from collections import deque
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from typing import Any, Literal
+from typing import Any, Literal, Protocol, TypeVar
 
 from flowdata.run.caching.passcache import say
 from flowdata.discover import Program
 from flowdata.errors import InputError, NodeError, SampleError, WorkerDied
 from flowdata.node import Node
 from flowdata.report import Report, Skip
-from flowdata.run.chunking import MAX_CHUNK, ChunkSizer, chunked, chunked_keyed
 from flowdata.run.deadline import Stuck, Watch
 from flowdata.run.executors import Executor, InlineExecutor
 from flowdata.run.kernel import ChunkResult, Failure, PassSpec, failure_of
@@ -41,13 +40,36 @@ from flowdata.run.caching.samplecache import SampleCache
 from flowdata.run.sequential import SequentialStream
 from flowdata.run.sources.sharded import SHARD_STRIDE, ShardedSource
 from flowdata.run.sources.adapters import IndexSource, Source
-from flowdata.run.executors.worker import PassContext, ShardRead, Task, run_task
+from flowdata.run.executors.worker import Chunks, PassContext, ShardRead, Task, run_task
 
-__all__ = ["Engine", "OnError", "Recorder", "failure_error", "on_error_mode"]
+__all__ = ["Computed", "Engine", "OnError", "Recorder", "failure_error", "on_error_mode"]
 
 _log = logging.getLogger("flowdata")
 
 OnError = Literal["raise", "skip"]
+
+
+class Computed(Protocol):
+    """What computing samples together gives back, wherever it ran: a
+    :class:`~flowdata.run.kernel.ChunkResult`, or the loader's batch made of one."""
+
+    @property
+    def indices(self) -> Sequence[int]: ...
+    @property
+    def node_seconds(self) -> dict[str, float]: ...
+    @property
+    def skipped(self) -> list[Failure]: ...
+    @property
+    def failure(self) -> Failure | None: ...
+    @property
+    def worker(self) -> str: ...
+    @property
+    def cache(self) -> dict[str, list[int]]: ...
+    @property
+    def notes(self) -> list[tuple[str, str, str]]: ...
+
+
+C = TypeVar("C", bound=Computed)
 _INLINE = InlineExecutor()
 
 
@@ -108,8 +130,9 @@ class Recorder:
         else:
             self.record(group, pass_, 0, {}, [], failure, worker)
 
-    def check(self, group: str, pass_: int, result: ChunkResult) -> ChunkResult:
-        """Records a chunk; raises its failure, if it has one."""
+    def check(self, group: str, pass_: int, result: C) -> C:
+        """Records computed samples -- a chunk of a pass, or a batch of a loader's epoch --
+        and what the sample cache did for them; raises their failure, if they have one."""
         if result.cache:
             self.report.add_cache(result.cache)
         if result.notes:
@@ -248,10 +271,9 @@ class Engine:
                                   self.recorder.skip, nodes=self.nodes)
             # A pass that computes nothing per sample needs no round trip for its items.
             executor = self.executor if spec.computes else _INLINE
-            sizer = ChunkSizer(self.chunk_size, MAX_CHUNK, align=bool(spec.folds))
-            cut = chunked_keyed if keyed else chunked
-            fresh = (Task(span, idx, chunk) for span, idx, chunk in
-                     cut(items, sizer.next_size, self.recorder.skipped(group)))
+            chunks = Chunks(items, keyed=keyed, exclude=self.recorder.skipped(group), chunk_size=self.chunk_size,
+                            align=bool(spec.folds))
+            fresh: Iterator[Task] = chunks
             if shards is not None:
                 fresh = (Task((s * SHARD_STRIDE, (s + 1) * SHARD_STRIDE), (), ShardRead(
                     shards.data, shards.num_shards, s, self.recorder.skipped(group), group in spec.want))
@@ -285,7 +307,7 @@ class Engine:
                             result.items = kept
                             if group in spec.want:
                                 result.columns[group] = kept
-                        sizer.observe(result.seconds, len(chunk), result.sample_bytes)
+                        chunks.observe(task, result)
                         del chunk, task
                         yield self.recorder.check(group, spec.number, result)
                     return

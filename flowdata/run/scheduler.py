@@ -54,7 +54,7 @@ from flowdata.report import Report, Skip
 from flowdata.run.batches import BatchStep, batch_step, collate_rows, consume_batches
 from flowdata.run.caching.keys import ReductionCache
 from flowdata.run.consumers import JobThread, Tee, call_collect, collect_arguments, reduce_all, run_jobs
-from flowdata.run.executors import InlineExecutor, resolve_executor
+from flowdata.run.executors import Executor, InlineExecutor, resolve_executor
 from flowdata.run.folding import Folder
 from flowdata.run.kernel import ChunkResult, FoldSpec, PassSpec, failure_of, return_type_error
 from flowdata.run.passes import Engine, OnError, Recorder
@@ -100,6 +100,34 @@ class Run:
         self.batch_size = batch_size
         self.reducers: dict[str, Any] = {}
         self._sources: dict[str, Source] = {}
+
+    @classmethod
+    def open(
+        cls,
+        graph: Graph,
+        analysis: Analysis,
+        program: Program,
+        plan: Plan,
+        values: Mapping[str, Any],
+        executor: Executor,
+        recorder: Recorder,
+        *,
+        chunk_size: int | None = None,
+        cache_dir: str | None = None,
+        timeout: float | None = None,
+        samples: SampleCache | None = None,
+        batch_size: int = 32,
+        rank: int = 0,
+        world_size: int = 1,
+        ranks: Ranks | None = None,
+    ) -> Run:
+        """A call wired for running: its engine (executor, recorder, timeout, sample cache,
+        ranks) and its reduction cache. ``execute()``, ``run_sample()`` and the loaders'
+        statistics pass all start here, so a pass runs alike whichever asked for it."""
+        engine = Engine(program, graph.nodes, executor, recorder, chunk_size=chunk_size, rank=rank,
+                        world_size=world_size, timeout=timeout, ranks=ranks, samples=samples)
+        cache = ReductionCache(PassCache(cache_dir), graph.nodes, program) if cache_dir is not None else None
+        return cls(graph, analysis, plan, values, engine, cache, batch_size)
 
     # --- whole values ---------------------------------------------------------------------
 
@@ -534,10 +562,9 @@ def execute(
     """Computes a plan's outputs (``Driver.execute()``); closes an executor it made itself."""
     ex, owned = resolve_executor(executor)
     try:
-        engine = Engine(program, graph.nodes, ex, Recorder(report if report is not None else Report(), on_error),
-                        chunk_size=chunk_size, timeout=timeout, samples=samples)
-        cache = ReductionCache(PassCache(cache_dir), graph.nodes, program) if cache_dir is not None else None
-        run = Run(graph, analysis, plan, values, engine, cache, batch_size)
+        run = Run.open(graph, analysis, program, plan, values, ex,
+                       Recorder(report if report is not None else Report(), on_error), chunk_size=chunk_size,
+                       cache_dir=cache_dir, timeout=timeout, samples=samples, batch_size=batch_size)
         return {o: run.value(o) for o in plan.outputs}
     finally:
         close = getattr(ex, "close", None) if owned else None
@@ -560,5 +587,5 @@ def run_sample(
     """One sample through its group's output pass, in this process (``Driver.run_sample()``)."""
     g = plan.group(group)
     pass_ = next(p for p in g.passes if p.outputs)
-    engine = Engine(program, graph.nodes, InlineExecutor(), Recorder(Report()), samples=samples)
-    return Run(graph, analysis, plan, values, engine).sample(g, pass_, index, item, has_item)
+    run = Run.open(graph, analysis, program, plan, values, InlineExecutor(), Recorder(Report()), samples=samples)
+    return run.sample(g, pass_, index, item, has_item)

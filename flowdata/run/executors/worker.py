@@ -13,16 +13,17 @@ from __future__ import annotations
 import itertools
 import os
 import pickle
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from flowdata.discover import Program, load_program
 from flowdata.errors import describe
 from flowdata.node import Node
+from flowdata.run.chunking import MAX_CHUNK, ChunkSizer, chunked, chunked_keyed
 from flowdata.run.kernel import ChunkResult, PassSpec, portable, run_chunk
 
-__all__ = ["PassContext", "ShardRead", "Task", "nodes_for", "run_shard", "run_task"]
+__all__ = ["Chunks", "PassContext", "ShardRead", "Task", "nodes_for", "run_shard", "run_task"]
 
 _NODES: dict[bytes, Mapping[str, Node]] = {}
 
@@ -135,53 +136,66 @@ def run_task(context: PassContext, task: Task) -> ChunkResult:
 
 
 def run_shard(context: PassContext, span: tuple[int, int], read: ShardRead) -> ChunkResult:
-    """Reads one shard and computes it in chunks sized as the engine sizes them (so memory
-    stays bounded), into one result: columns and folded pieces in index order."""
-    from flowdata.run.chunking import MAX_CHUNK, ChunkSizer, chunked_keyed
+    """Reads one shard and computes it through the same chunk loop as the engine
+    (:class:`Chunks`: memory stays bounded), into one result: columns and folded pieces in
+    index order."""
     from flowdata.run.sources.sharded import ShardedSource
 
     spec = context.spec
     source = ShardedSource(context.nodes[spec.group], read.data)
     source.num_shards = read.num_shards
-    sizer = ChunkSizer(None, MAX_CHUNK, align=bool(spec.folds))
     total = ChunkResult([], {}, span=span)
-    delivered: list[int] = []
     back: list[Any] = []
-    chunks = chunked_keyed(source.rows(read.shard), sizer.next_size, read.exclude)
-    ran = False
-    # An empty chunk after the shard's, computed only for a shard without rows: it gives
+    chunks = Chunks(source.rows(read.shard), keyed=True, exclude=read.exclude, align=bool(spec.folds))
+    # An empty chunk at the shard's start, computed only for a shard without rows: it gives
     # the result its (empty) columns, which the pass's consumers read.
-    for sub, indices, items in itertools.chain(chunks, [((span[0], span[0]), [], [])]):
-        if ran and not indices and sub[0] == sub[1]:
+    for task in itertools.chain(chunks, [Task((span[0], span[0]), [], [])]):
+        if chunks.cut and not task.indices and task.span[0] == task.span[1]:
             break
-        ran = True
-        part = run_task(context, Task(sub, indices, items))
-        sizer.observe(part.seconds, len(indices), part.sample_bytes)
-        total.skipped.extend(part.skipped)
-        total.seconds += part.seconds
-        total.worker = part.worker
-        total.sample_bytes = max(total.sample_bytes, part.sample_bytes)
-        for name, t in part.node_seconds.items():
-            total.node_seconds[name] = total.node_seconds.get(name, 0.0) + t
-        # The sample cache's counts and warnings travel with the shard's result, as with a
-        # chunk's: the report counts the values this pass wrote, and a warning is said.
-        for name, counts in part.cache.items():
-            summed = total.cache.setdefault(name, [0] * len(counts))
-            summed[:] = [a + b for a, b in zip(summed, counts, strict=True)]
-        total.notes.extend(part.notes)
+        part = run_task(context, task)
+        chunks.observe(task, part)
+        total.absorb(part)
         if part.failure is not None:
-            total.failure = part.failure
             break
-        delivered.extend(part.indices)
-        for name, values in part.columns.items():
-            total.columns.setdefault(name, []).extend(values)
-        for name, pieces in part.pieces.items():
-            total.pieces.setdefault(name, []).extend(pieces)
         # The items come back when a consumer reads them; else only those of loose values
         # (a reducer that cannot fold one names its item), None for the others.
         loose = set() if read.want_items else {at for p in part.pieces.values() for kind, at, _ in p if kind != "block"}
         kept = set(part.indices)
-        back.extend(x if read.want_items or i in loose else None for i, x in zip(indices, items) if i in kept)
-    total.indices = delivered
+        items = task.items
+        assert not isinstance(items, ShardRead)
+        back.extend(x if read.want_items or i in loose else None for i, x in zip(task.indices, items) if i in kept)
     total.items = back
     return total
+
+
+class Chunks:
+    """The one chunk loop: a pass's items cut into :class:`Task` s, each sized by what the
+    chunks before it took (:class:`~flowdata.run.chunking.ChunkSizer`). The engine cuts a
+    pass with it on any executor; a worker reading a shard cuts the shard with it.
+
+    Args:
+        items: The items, or ``(index, item)`` pairs when ``keyed`` (a source in shards:
+            indices may jump, and a chunk never spans a jump).
+        keyed: Whether ``items`` are pairs.
+        exclude: Samples skipped in an earlier pass: left out, their indices kept in the span.
+        chunk_size: A fixed size (``chunk_size=``), or None to adapt.
+        align: Align chunks to the blocks reductions fold.
+    """
+
+    def __init__(self, items: Iterator[Any], *, keyed: bool, exclude: frozenset[int] = frozenset(),
+                 chunk_size: int | None = None, align: bool = False):
+        self._sizer = ChunkSizer(chunk_size, MAX_CHUNK, align=align)
+        self._cut = (chunked_keyed if keyed else chunked)(items, self._sizer.next_size, exclude)
+        self.cut = 0  # tasks cut so far
+
+    def __iter__(self) -> Iterator[Task]:
+        return self
+
+    def __next__(self) -> Task:
+        span, indices, items = next(self._cut)
+        self.cut += 1
+        return Task(span, indices, items)
+
+    def observe(self, task: Task, result: ChunkResult) -> None:
+        """Learns from a computed task: the next chunks' size follows."""
+        self._sizer.observe(result.seconds, len(task.indices), result.sample_bytes)
