@@ -36,11 +36,11 @@ from torch.utils.data import Dataset, IterableDataset, get_worker_info
 from flowdata.discover import Program
 from flowdata.errors import FlowdataError, NodeError, describe, user_traceback
 from flowdata.node import Node
-from flowdata.run.kernel import ChunkResult, Failure, PassSpec, run_chunk
+from flowdata.run.kernel import ChunkResult, Failure, PassSpec
 from flowdata.run.passes import failure_error
 from flowdata.run.sources.sharded import ShardedSource
 from flowdata.run.sources.adapters import ItemIndex, call_source
-from flowdata.run.executors.worker import nodes_for
+from flowdata.run.executors.worker import PassContext, Task
 from flowdata.loader.lanes import Lane, interleaved, lane_batches, layout, saved_lanes
 from flowdata.loader.order import EpochOrder, stream_batches
 from flowdata.loader.position import Position, count
@@ -52,7 +52,9 @@ Collate = Callable[[list[dict[str, Any]]], Any]
 
 
 class PassWork:
-    """What both datasets compute: a pass's outputs for a batch of samples.
+    """What every dataset computes: a pass's outputs for a batch of samples, through the
+    same :class:`~flowdata.run.executors.worker.PassContext` an executor's workers compute
+    chunks with.
 
     Pickles without the nodes, which each worker rebuilds from the program once.
     """
@@ -68,31 +70,40 @@ class PassWork:
         collate_fn: Collate | None,
         nodes: Mapping[str, Node] | None,
     ):
-        self.program = program
-        self.spec = spec
-        self.whole = dict(whole)
         self.outputs = tuple(outputs)
         self.seed = seed
-        self.skip = skip
         self.collate_fn = collate_fn
-        self._nodes = nodes
+        self.context = PassContext(program, dataclasses.replace(spec, want=self.outputs, seed=seed, folds=()), whole,
+                                   skip, nodes=nodes)
 
-    def __getstate__(self) -> dict[str, Any]:
-        state = self.__dict__.copy()
-        state["_nodes"] = None  # rebuilt from the program in the worker
-        return state
+    @property
+    def program(self) -> Program:
+        """How the workers rebuild the nodes."""
+        return self.context.program
+
+    @property
+    def spec(self) -> PassSpec:
+        """The pass the epochs compute (its ``epoch`` set per batch)."""
+        return self.context.spec
+
+    @property
+    def whole(self) -> dict[str, Any]:
+        """The whole values the pass reads."""
+        return self.context.whole
+
+    @property
+    def skip(self) -> bool:
+        """Whether a failing sample is left out (``on_error="skip"``)."""
+        return self.context.skip
 
     def _get_nodes(self) -> Mapping[str, Node]:
-        if self._nodes is None:
-            self._nodes = nodes_for(self.program)
-        return self._nodes
+        return self.context.nodes
 
     def columns(self, indices: list[int], items: list[Any], epoch: int) -> ChunkResult:
         """The pass over samples, uncollated."""
         info = get_worker_info()
         worker = "main" if info is None else f"{info.id} (pid {os.getpid()})"
-        spec = dataclasses.replace(self.spec, want=self.outputs, seed=self.seed, epoch=epoch, folds=())
-        return run_chunk(self._get_nodes(), spec, self.whole, indices, items, worker=worker, skip=self.skip)
+        return self.context.compute(Task.of(indices, items), worker, epoch=epoch)
 
     def batch(self, indices: list[int], items: list[Any], epoch: int) -> Batch:
         """The pass over one batch of samples, collated (the loader's path).
@@ -427,9 +438,10 @@ class LaneDataset(StreamWork):
     def __init__(self, program: Program, spec: PassSpec, whole: Mapping[str, Any], outputs: Sequence[str],
                  data: Any, order: EpochOrder, *, workers: int = 0, **options: Any):
         super().__init__(program, spec, whole, outputs, order, **options)
-        if self._nodes is not None:  # the workers read the stream, not the source's inputs
-            read = {p.name for name in spec.computes for p in self._nodes[name].params}
-            self.whole = {k: v for k, v in self.whole.items() if k in read}
+        nodes = options.get("nodes")
+        if nodes is not None:  # the workers read the stream, not the source's inputs
+            read = {p.name for name in spec.computes for p in nodes[name].params}
+            self.context.whole = {k: v for k, v in self.whole.items() if k in read}
         self.data = data
         self.num_shards = int(data.num_shards)
         self.workers = workers

@@ -10,6 +10,7 @@ to read there (:class:`ShardRead`).
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import os
 import pickle
@@ -72,6 +73,14 @@ class PassContext:
             self._nodes = nodes_for(self.program)
         return self._nodes
 
+    def compute(self, task: Task, worker: str, epoch: int | None = None) -> ChunkResult:
+        """Computes one task of the pass in this process (``epoch``: the epoch's draws of
+        ``sample_rng``, for a loader's batch), named as computed by ``worker``."""
+        spec = self.spec if epoch is None or epoch == self.spec.epoch else dataclasses.replace(self.spec, epoch=epoch)
+        assert not isinstance(task.items, ShardRead)
+        return run_chunk(self.nodes, spec, self.whole, task.indices, task.items, worker=worker, skip=self.skip,
+                         span=task.span)
+
     def describe_unpicklable(self) -> str:
         """Which whole value keeps the context from being sent to another process."""
         for name, value in self.whole.items():
@@ -104,6 +113,11 @@ class Task:
     indices: Sequence[int]
     items: Sequence[Any] | ShardRead
 
+    @classmethod
+    def of(cls, indices: Sequence[int], items: Sequence[Any]) -> Task:
+        """A task of samples in any order (a loader's batch): its span from first to last."""
+        return cls((indices[0], indices[-1] + 1) if len(indices) else (0, 0), indices, items)
+
 
 @dataclass(frozen=True)
 class ShardRead:
@@ -125,10 +139,7 @@ def run_task(context: PassContext, task: Task) -> ChunkResult:
     if isinstance(task.items, ShardRead):
         return run_shard(context, task.span, task.items)
     local = context.local
-    result = run_chunk(
-        context.nodes, context.spec, context.whole, task.indices, task.items,
-        worker="main" if local else f"pid {os.getpid()}", skip=context.skip, span=task.span,
-    )
+    result = context.compute(task, "main" if local else f"pid {os.getpid()}")
     if not local:
         result.failure = portable(result.failure)
         result.skipped = [f for f in map(portable, result.skipped) if f is not None]
