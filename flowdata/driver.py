@@ -415,7 +415,7 @@ class Driver:
         if max_bytes is not None and (not isinstance(max_bytes, int) or isinstance(max_bytes, bool) or max_bytes < 0):
             raise InputError(f"cache_max_bytes={max_bytes!r}: expected a number of bytes (an int >= 0), or None")
         return SampleCache.of(names, os.fspath(cache_dir), max_bytes, self.graph.nodes, self.analysis.per_sample,
-                              lambda n: self.graph.ancestors([n]), lambda n: self.analysis.group_of[n])
+                              lambda n: self.graph.ancestors([n]))
 
     # The declared type is what comes back: an indexed dataset (len(), ds[i]) unless
     # streaming=True asks for a stream (iterable, no len).

@@ -178,6 +178,7 @@ def run_chunk(
     worker: str = "main",
     skip: bool = False,
     span: tuple[int, int] | None = None,
+    flush: bool = True,
 ) -> ChunkResult:
     """Computes ``spec.computes`` for every sample of the chunk.
 
@@ -191,12 +192,15 @@ def run_chunk(
         skip: Leave out a sample whose node raises (recorded in ``skipped``) instead of
             stopping at it.
         span: The range of sample indices the chunk covers (default: ``indices``'s).
+        flush: Write the values of cached nodes now (one segment per chunk); False leaves
+            them queued for :func:`~flowdata.run.caching.samplecache.flush_queued` (a
+            ``Sequential`` group's one-sample chunks are written a few hundred at a time).
     """
     t0 = time.perf_counter()
     if span is None:
         span = (indices[0], indices[-1] + 1) if len(indices) else (0, 0)
     with guarded_calls(spec.timeout, spec.watch if worker != "main" else None) as bounded:
-        result, skipped = _compute_all(nodes, spec, whole, indices, items, worker, skip, bounded, span)
+        result, skipped = _compute_all(nodes, spec, whole, indices, items, worker, skip, bounded, span, flush)
     result.span, result.skipped = span, skipped
     if spec.cache:
         from flowdata.run.caching.store import take_notes
@@ -220,11 +224,12 @@ def _compute_all(
     skip: bool,
     bounded: Callable[..., Callable[..., Any]] | None,
     span: tuple[int, int],
+    flush: bool = True,
 ) -> tuple[ChunkResult, list[Failure]]:
     """The chunk computed, with failing samples left out under ``skip``; and those left out."""
     skipped: list[Failure] = []
     while True:
-        result = _compute(nodes, spec, whole, indices, items, worker, bounded)
+        result = _compute(nodes, spec, whole, indices, items, worker, bounded, flush)
         if result.failure is None and spec.folds:
             result.failure = non_finite(nodes, spec, result.columns, indices, items)
             if result.failure is None:
@@ -247,6 +252,7 @@ def _compute(
     items: Sequence[Any],
     worker: str,
     bounded: Callable[..., Callable[..., Any]] | None = None,
+    flush: bool = True,
 ) -> ChunkResult:
     n = len(items)
     cols: dict[str, Sequence[Any]] = {spec.group: items, "sample_index": indices}
@@ -317,7 +323,8 @@ def _compute(
     columns = {w: list(cols[w]) if w == spec.group else cols[w] for w in wanted}
     result = ChunkResult(indices, columns, None, 0.0, worker, node_seconds=timing, sample_bytes=size)  # type: ignore[arg-type]
     if cache is not None:
-        cache.flush()
+        if flush:
+            cache.flush()
         result.cache = cache.counts
     return result
 

@@ -363,7 +363,11 @@ class Engine:
             # A skip is recorded and the stream goes on; under "raise" this raises.
             rec.failed(group, spec.number, f)
 
-        stream = SequentialStream(self.nodes, spec, whole, items, rec.skipped(group), report, failed)
+        def checked(result: ChunkResult) -> None:
+            rec.check(group, spec.number, result)
+
+        stream = SequentialStream(self.nodes, spec, whole, items, rec.skipped(group), report, failed, checked,
+                                  rec.skip)
         return stream  # type: ignore[return-value]  # one-sample chunks read like ChunkResults
 
     def one(self, spec: PassSpec, whole: Mapping[str, Any], index: int, item: Any) -> ChunkResult:

@@ -23,7 +23,10 @@ from typing import Any
 
 from flowdata.node import Node
 from flowdata.run.deadline import SampleTimeout, guarded_calls
-from flowdata.run.kernel import Failure, PassSpec, failure_of, non_finite, return_type_error, vector_values
+from flowdata.run.caching.samplecache import flush_queued
+from flowdata.run.caching.store import take_notes
+from flowdata.run.kernel import (ChunkResult, Failure, PassSpec, failure_of, non_finite, return_type_error, run_chunk,
+                                 vector_values)
 from flowdata.sample import make_rng
 from flowdata.typecheck import contradicts
 
@@ -133,6 +136,11 @@ class SequentialStream:
             trivial node) and scaled to all samples.
         failed: Called with the :class:`Failure` of a sample whose node raised; it
             raises, or returns to skip the sample.
+        checked: With ``cache=`` (``spec.cache``): each sample is a one-sample chunk of the
+            kernel (:func:`~flowdata.run.kernel.run_chunk`, which reads and writes the sample
+            cache), handed to ``checked`` -- the recorder -- which records it or raises its
+            failure. The cached nodes' values are written a few hundred samples at a time.
+        skip: Whether the kernel leaves a failing sample out (``on_error="skip"``).
     """
 
     def __init__(
@@ -144,9 +152,12 @@ class SequentialStream:
         exclude: frozenset[int],
         report: Callable[[int, list[float]], None],
         failed: Callable[[Failure], None],
+        checked: Callable[[ChunkResult], None] | None = None,
+        skip: bool = False,
     ):
         self._args = (nodes, spec, whole)
         self._items, self._exclude, self._report, self._failed = items, exclude, report, failed
+        self._checked, self._skip = checked, skip
         self._running: Generator[Any, None, None] | None = None
 
     def __iter__(self) -> Iterator[OneSample]:
@@ -174,8 +185,40 @@ class SequentialStream:
 
     def _run(self, single: str | None) -> Generator[Any, None, None]:
         spec = self._args[1]
+        if spec.cache:
+            yield from self._through_kernel(single)
+            return
         with guarded_calls(spec.timeout, None) as bounded:  # in this process: the interrupt layer only
             yield from self._samples(single, bounded)
+
+    def _through_kernel(self, single: str | None) -> Generator[Any, None, None]:
+        """The samples as one-sample chunks of the kernel (``cache=``: see ``checked``)."""
+        nodes, spec, whole = self._args
+        items, exclude, checked = self._items, self._exclude, self._checked
+        assert checked is not None, "a Sequential pass with cache= is recorded by its engine"
+        queued = 0
+        try:
+            for i, item in enumerate(items):
+                if exclude and i in exclude:
+                    continue
+                result = run_chunk(nodes, spec, whole, (i,), (item,), skip=self._skip, span=(i, i + 1), flush=False)
+                queued += 1
+                if queued == _FLUSH:
+                    queued = 0
+                    result.cache = _added(result.cache, flush_queued(spec.cache))
+                checked(result)  # raises a failure under "raise"; records a skip under "skip"
+                if not result.indices:
+                    continue
+                if single is not None:
+                    yield result.columns[single][0]
+                else:
+                    yield OneSample(i, result.columns, result.pieces, item)
+        finally:
+            last = ChunkResult((), {}, cache=flush_queued(spec.cache))
+            if last.cache:
+                last.notes = take_notes()
+                checked(last)
+            _close(items)
 
     def _samples(
         self, single: str | None, bounded: Callable[..., Callable[..., Any]] | None
@@ -244,3 +287,12 @@ def _failed_node(exc: BaseException, by_line: Sequence[str], nodes: Mapping[str,
         tb = tb.tb_next
     line = tb.tb_lineno if tb is not None else 2
     return nodes[by_line[min(max(line - 2, 0), len(by_line) - 1)]]
+
+
+def _added(counts: dict[str, list[int]], delta: dict[str, list[int]]) -> dict[str, list[int]]:
+    """Sample-cache counts with a correction added (values a folder could not take)."""
+    out = {k: list(v) for k, v in counts.items()}
+    for name, d in delta.items():
+        mine = out.setdefault(name, [0] * len(d))
+        mine[:] = [a + b for a, b in zip(mine, d, strict=True)]
+    return out

@@ -69,13 +69,8 @@ ROWS = COVERING + SEAMS
 
 
 # Rows that fail today, each with why. Strict: the day one passes, it must leave this list.
-XFAIL = {
-    "sequential-inline-w2-r2-cache-once": (
-        "cache= is refused for a Sequential group (InputError 'they are not cached'; "
-        "docs/caching.md, Decisions and limits: only Parallel groups), because its samples run "
-        "in the compiled Sequential kernel, not the loop that owns the sample cache; issue 27 "
-        "item 3 asks for one driver of the kernel through which Sequential gains cache="),
-}
+# Rows that fail today, each with why. Strict: the day one passes, it must leave this list.
+XFAIL: dict[str, str] = {}
 
 
 def _marks(row: Row) -> list[Any]:

@@ -35,7 +35,7 @@ from typing import Any
 from flowdata.errors import InputError
 from flowdata.node import Node
 
-__all__ = ["CachedNode", "ChunkCache", "SampleCache", "forget", "key_of", "store_for"]
+__all__ = ["CachedNode", "ChunkCache", "SampleCache", "flush_queued", "forget", "key_of", "store_for"]
 
 _STORES: dict[str, Any] = {}  # folder -> this process's SampleStore
 
@@ -77,8 +77,7 @@ class SampleCache:
 
     @classmethod
     def of(cls, names: Sequence[str], directory: str, max_bytes: int | None, nodes: Mapping[str, Node],
-           per_sample: Callable[[str], bool], ancestors: Callable[[str], Iterable[str]],
-           group_of: Callable[[str], str]) -> SampleCache:
+           per_sample: Callable[[str], bool], ancestors: Callable[[str], Iterable[str]]) -> SampleCache:
         """Checks ``cache=`` against the graph (see :meth:`check`) and makes it.
 
         Args:
@@ -88,18 +87,16 @@ class SampleCache:
             nodes: The graph's nodes.
             per_sample: Whether a name is a per-sample node (or a source).
             ancestors: A node and everything it depends on.
-            group_of: The source of a per-sample node's group.
         """
         made = cls(tuple(names), directory, max_bytes, {
             n: tuple(sorted(a for a in ancestors(n) if a != n and a in nodes and per_sample(a)))
             for n in names if n in nodes and per_sample(n)})
-        made.check(nodes, per_sample, group_of)
+        made.check(nodes, per_sample)
         return made
 
-    def check(self, nodes: Mapping[str, Node], per_sample: Callable[[str], bool],
-              group_of: Callable[[str], str]) -> None:
-        """Refuses names that are not per-sample nodes of a ``Parallel`` group, and nodes that
-        reach ``sample_rng``."""
+    def check(self, nodes: Mapping[str, Node], per_sample: Callable[[str], bool]) -> None:
+        """Refuses names that are not per-sample nodes (of a ``Parallel`` or a ``Sequential``
+        group), and nodes that reach ``sample_rng``."""
         for name in self.names:
             node = nodes.get(name)
             if node is not None and node.batch_params:
@@ -115,13 +112,6 @@ class SampleCache:
                 raise InputError(
                     f"cache=[{name!r}]: {what}; only per-sample values are cached\n"
                     "  fix: name per-sample nodes of the group (the decoded image, the features)"
-                )
-            source = nodes[group_of(name)]
-            if source.source == "sequential":
-                raise InputError(
-                    f"cache=[{name!r}]: node '{name}' ({node.location}) is in the Sequential group of "
-                    f"'{source.name}', whose samples are computed one at a time in order: they are not cached\n"
-                    "  fix: cache nodes of Parallel groups, or leave it out of cache="
                 )
             random = [n for n in (name, *self.upstream[name]) if any(p.name == "sample_rng" for p in nodes[n].params)]
             if random:
@@ -258,6 +248,8 @@ class ChunkCache:
         from flowdata.run.caching.store import MISS
 
         self.cached = {c.name: c for c in spec.cache}
+        # What the stores held queued before this chunk (one-sample chunks leave theirs queued).
+        self._marks = {c.name: store_for(c).queued for c in spec.cache}
         self.keys: dict[str, list[str]] = {}
         self.hits: dict[str, dict[int, Any]] = {}
         self.counts: dict[str, list[int]] = {}  # hits, misses, bytes read, bytes written, not cached
@@ -323,16 +315,26 @@ class ChunkCache:
         """Forgets the values this chunk queued: a chunk that fails is computed again without
         the failing sample (or not at all), and what it queued would be written twice."""
         for c in self.cached.values():
-            store_for(c).drop()
+            store_for(c).drop(self._marks[c.name])
         for counts in self.counts.values():
             counts[3] = counts[4] = 0
 
     def flush(self) -> None:
         """Writes the queued values (one segment per cached node); those a folder that cannot
         be written did not take are counted as not cached."""
-        for c in self.cached.values():
-            lost, size = store_for(c).flush()
-            if lost:
-                counts = self.counts[c.name]
-                counts[3] -= size
-                counts[4] += lost
+        for name, delta in flush_queued(tuple(self.cached.values())).items():
+            counts = self.counts[name]
+            counts[:] = [a + b for a, b in zip(counts, delta, strict=True)]
+
+
+def flush_queued(cached: Sequence[CachedNode]) -> dict[str, list[int]]:
+    """Writes what the cached nodes' stores hold queued, one segment each. Returns, per node
+    whose folder could not take its values, what to add to the counts already reported for
+    them (hits, misses, bytes read, bytes written, not cached): the bytes taken back, the
+    values counted as not cached."""
+    deltas: dict[str, list[int]] = {}
+    for c in cached:
+        lost, size = store_for(c).flush()
+        if lost:
+            deltas[c.name] = [0, 0, 0, -size, lost]
+    return deltas

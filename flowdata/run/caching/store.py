@@ -494,10 +494,16 @@ class SampleStore:
         self._written += len(body)
         return True
 
-    def drop(self) -> None:
-        """Forgets the queued records (their chunk failed: see
+    @property
+    def queued(self) -> int:
+        """Records queued for the next :meth:`flush`."""
+        return len(self._pending)
+
+    def drop(self, keep: int = 0) -> None:
+        """Forgets the records queued after the first ``keep`` (their chunk failed: see
         :meth:`flowdata.run.caching.samplecache.ChunkCache.drop`)."""
-        self._pending, self._written = [], 0
+        self._pending = self._pending[:keep]
+        self._written = sum(len(body) for _, body in self._pending)
 
     def flush(self) -> tuple[int, int]:
         """Writes the queued records as one segment, renamed into place in one step.

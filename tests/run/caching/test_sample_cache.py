@@ -115,11 +115,6 @@ def test_a_random_node_cannot_be_cached(data: Path, tmp_path: Path) -> None:
         dr.execute(["stats"], inputs={"folder": str(data)}, cache=["decoded"])
     with pytest.raises(fd.InputError, match=r"cache=\['path'\]: a source \(its items are read, not computed\)"):
         dr.execute(["stats"], inputs={"folder": str(data)}, cache=["path"], cache_dir=tmp_path)
-    from tests.dataflows import sequential_stream
-
-    with pytest.raises(fd.InputError, match=r"cache=\['scaled'\]: node 'scaled' \(.*sequential_stream.py:\d+\) is in "
-                                            r"the Sequential group of 'tick'"):
-        build(sequential_stream).execute(["prefix_sums"], inputs={"n": 3}, cache=["scaled"], cache_dir=tmp_path)
 
 
 def test_values_of_other_kinds_are_an_error_naming_the_node(data: Path, tmp_path: Path) -> None:
