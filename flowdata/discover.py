@@ -32,6 +32,7 @@ from flowdata.node import NO_DEFAULT, Node, Param
 from flowdata.reduce import reduce_spec
 from flowdata.typecheck import collection_element
 from flowdata.types import MarkerKind, read_marker, type_name
+from flowdata.usage import streamable
 from flowdata.vectorize import is_vectorized
 
 __all__ = ["Program", "discover", "function_location", "import_file", "load_program", "program_of"]
@@ -318,6 +319,7 @@ def _to_node(hn: Any, fn: Callable[..., Any]) -> tuple[Node, list[GraphProblem]]
         item_type = Any if element is None else element
     params = []
     defaults = hn.default_parameter_values or {}
+    called = hn.callable if hn.callable is origin else None  # a generated callable: lists
     for pname, (ptype, _dep) in hn.input_types.items():
         pkind, inner = _read(ptype)
         if pkind in ("parallel", "sequential"):
@@ -331,7 +333,10 @@ def _to_node(hn: Any, fn: Callable[..., Any]) -> tuple[Node, list[GraphProblem]]
                 type=inner,
                 collect=pkind == "collect",
                 default=defaults.get(pname, NO_DEFAULT),
-                as_list=pkind == "collect" and _is_hamilton_collect(ptype),
+                # Decided here, once: whether the function reads this Collect parameter as
+                # a stream (flowdata.usage) -- a fact of its code, not of a run.
+                as_list=pkind == "collect" and (_is_hamilton_collect(ptype) or not streamable(
+                    called, pname, source=kind is not None)),
                 batch=pkind == "batch",
             )
         )

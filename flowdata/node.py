@@ -61,8 +61,9 @@ class Param:
         collect: Whether the parameter is ``Collect[...]``.
         default: The default value, or ``NO_DEFAULT``.
         positional: Whether it can be passed by position (used for fast calls).
-        as_list: For a Collect parameter: always hand it a ``list`` (Hamilton's own
-            ``Collect``), even where the function could read a stream.
+        as_list: For a Collect parameter: hand it a ``list`` of every value -- Hamilton's
+            own ``Collect``, or a function that does not consume the parameter once, on the
+            spot (:mod:`flowdata.usage`, decided when the graph is built); else a stream.
         batch: Whether the parameter is ``Batch[...]`` (it receives a collated batch).
     """
 

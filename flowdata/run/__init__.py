@@ -7,7 +7,6 @@ above)::
     passes      Engine: source -> chunks -> executor -> checked chunks; Recorder: the
                 on_error policy, skip records and the report, in one place
     consumers   plain Collect functions and reductions sharing one stream (Tee)
-    usage       whether a Collect function can be handed a stream or needs a list
     batches     batch nodes, on each collated batch
     chunking    cutting items into chunks sized by time and bytes
     sequential  the Sequential fast path: one compiled function, one sample at a time

@@ -10,7 +10,7 @@ reader is closed the source is closed and pending work is dropped, so a Collect 
 that stops early stops the upstream work. Several ``Collect`` parameters of one node are
 served in lockstep from the same chunks.
 
-What a parameter receives (see :mod:`flowdata.run.usage`): a lazy, once-only stream when
+What a parameter receives (decided when the graph is built, :mod:`flowdata.usage`): a lazy, once-only stream when
 the function consumes it once on the spot, else a ``list`` of every value -- so returning,
 storing, concatenating or re-reading a Collect argument works as in Hamilton.
 """
@@ -27,7 +27,6 @@ from flowdata.errors import FlowdataError, NodeError, describe, user_traceback
 from flowdata.node import Node
 from flowdata.run.folding import BlockError, Folder
 from flowdata.run.kernel import ChunkResult, return_type_error
-from flowdata.run.usage import streamable
 from flowdata.typecheck import contradicts
 
 __all__ = ["JobThread", "Tee", "call_collect", "collect_arguments", "reduce_all", "run_jobs"]
@@ -208,12 +207,8 @@ class _Lockstep:
                 return
 
 
-def collect_arguments(node: Node, tee: Tee, r: int, *, source: bool = False) -> dict[str, Any]:
-    """The values of ``node``'s Collect parameters, read from reader ``r`` of ``tee``.
-
-    ``source``: the node is a source that collects (its generator reads them while its
-    items are read).
-    """
+def collect_arguments(node: Node, tee: Tee, r: int) -> dict[str, Any]:
+    """The values of ``node``'s Collect parameters, read from reader ``r`` of ``tee``."""
     params = node.collect_params
     if len(params) == 1:
         streams = {params[0].name: _column(tee, r, params[0].name)}
@@ -221,9 +216,8 @@ def collect_arguments(node: Node, tee: Tee, r: int, *, source: bool = False) -> 
         lock = _Lockstep(tee, r, [p.name for p in params])
         streams = {p.name: lock.column(p.name) for p in params}
     out: dict[str, Any] = {}
-    called = node.origin if node.fn is node.origin else None  # a generated callable: a list
     for p in params:
-        if not p.as_list and streamable(called, p.name, source=source):
+        if not p.as_list:  # decided when the graph was built (flowdata.usage)
             out[p.name] = _Once(streams[p.name], node, p.name)
         else:
             out[p.name] = list(streams[p.name])

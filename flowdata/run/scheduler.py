@@ -230,7 +230,7 @@ class Run:
         for t in threads:
             t.start()
         try:
-            kwargs = {**kwargs, **collect_arguments(source, tee, 0, source=True)}
+            kwargs = {**kwargs, **collect_arguments(source, tee, 0)}
         except BaseException:
             tee.close(0)
             raise

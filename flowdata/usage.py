@@ -19,8 +19,10 @@ function, concatenating it, reading it twice, a function whose source cannot be 
 gets a ``list`` of every value, as Hamilton does. A parameter annotated with Hamilton's
 own ``hamilton.htypes.Collect`` always gets a ``list``.
 
-The decision is made once per function, from its source, before the function is called;
-it never changes a result, only the memory a call needs.
+The decision is a compile-time fact: it is made once per parameter when the graph is
+built (:mod:`flowdata.discover` records it as ``Param.as_list``), from the function's
+source, long before the function is called; it never changes a result, only the memory a
+call needs.
 """
 
 from __future__ import annotations
