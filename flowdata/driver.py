@@ -379,7 +379,7 @@ class Driver:
         """
         from flowdata.run import scheduler
         from flowdata.run.deadline import check_timeout
-        from flowdata.run.passes import on_error_mode
+        from flowdata.run.recorder import on_error_mode
 
         mode = on_error_mode(on_error)
         seconds = check_timeout(timeout)

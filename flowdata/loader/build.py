@@ -37,7 +37,7 @@ from flowdata.run.batches import BatchStep
 from flowdata.run.deadline import Watch
 from flowdata.run.executors import Executor, InlineExecutor, ProcessExecutor, resolve_executor
 from flowdata.run.kernel import PassSpec
-from flowdata.run.passes import Recorder, on_error_mode
+from flowdata.run.recorder import Recorder, on_error_mode
 from flowdata.run.scheduler import Run
 from flowdata.run.sources.sharded import ShardedSource
 from flowdata.run.distributed.ranks import ItemsPrint, block_reprs, items_print, ranks_of

@@ -2,7 +2,7 @@
 
 It fetches whole collated batches (one message per batch) from the datasets of
 :mod:`flowdata.loader.datasets`, reports each batch through the engine's
-:class:`~flowdata.run.passes.Recorder` (failures raised with their context, skips
+:class:`~flowdata.run.recorder.Recorder` (failures raised with their context, skips
 recorded), and saves and restores its position (``state_dict``/``load_state_dict``).
 
 It knows no dataset kind: the epoch's position is owned by what orders the epoch (its
@@ -36,7 +36,7 @@ from flowdata.run.batches import BatchStep
 from flowdata.run.deadline import Stuck, Watch
 from flowdata.run.kernel import failure_of
 from flowdata.run.executors import sigint_deferred
-from flowdata.run.passes import Recorder, failure_error
+from flowdata.run.recorder import Recorder, failure_error
 from flowdata.sample import sample_seed
 
 __all__ = ["DataLoader", "progress_bar"]

@@ -21,7 +21,7 @@ values), so they work under ``spawn``.
 
 Failures travel back as data inside the :class:`~flowdata.loader.wire.Batch` (a failing
 sample, or a failing source as a ``NodeError``), for the loader to report through the
-engine's :class:`~flowdata.run.passes.Recorder`.
+engine's :class:`~flowdata.run.recorder.Recorder`.
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ from flowdata.discover import Program
 from flowdata.errors import FlowdataError, NodeError, describe, user_traceback
 from flowdata.node import Node
 from flowdata.run.kernel import ChunkResult, Failure, PassSpec
-from flowdata.run.passes import failure_error
+from flowdata.run.recorder import failure_error
 from flowdata.run.sources.sharded import ShardedSource
 from flowdata.run.sources.adapters import ItemIndex, call_source
 from flowdata.run.executors.worker import PassContext, Task

@@ -4,8 +4,8 @@ Layers of the engine, each one module (data flows down; nothing below imports wh
 above)::
 
     scheduler   execute() and run_sample(): whole values on demand, passes, chained groups
-    passes      Engine: source -> chunks -> executor -> checked chunks; Recorder: the
-                on_error policy, skip records and the report, in one place
+    engine      Engine: source -> chunks (the one chunk loop) -> executor -> checked chunks
+    recorder    Recorder: the on_error policy, skip records and the report, in one place
     consumers   plain Collect functions and reductions sharing one stream (Tee)
     batches     batch nodes, on each collated batch
     chunking    cutting items into chunks sized by time and bytes

@@ -10,7 +10,7 @@ Values are computed on demand, starting from the requested outputs:
   run, so the samples are computed once for all of them (one shared pass);
 - a **pass** first computes the whole values it reads (once nodes, inputs, and Collect
   results of earlier passes, which recursively runs those passes), then opens the source
-  and streams its samples through the :class:`~flowdata.run.passes.Engine`.
+  and streams its samples through the :class:`~flowdata.run.engine.Engine`.
 
 Every Collect node fed by a pass reads one shared stream of its chunks (see
 :mod:`flowdata.run.consumers`): plain Collect functions each in their own thread,
@@ -57,7 +57,8 @@ from flowdata.run.consumers import JobThread, Tee, call_collect, collect_argumen
 from flowdata.run.executors import Executor, InlineExecutor, resolve_executor
 from flowdata.run.folding import Folder
 from flowdata.run.kernel import ChunkResult, FoldSpec, PassSpec, failure_of, return_type_error
-from flowdata.run.passes import Engine, OnError, Recorder
+from flowdata.run.engine import Engine
+from flowdata.run.recorder import OnError, Recorder
 from flowdata.run.distributed.ranks import Ranks, skips_payload
 from flowdata.run.caching.samplecache import SampleCache
 from flowdata.run.sources.adapters import IndexSource, IterableSource, Source, as_source, call_source

@@ -1,18 +1,14 @@
 """The pass engine: source -> chunks -> executor -> checked chunks, for every kind of run.
 
-:class:`Engine` runs one pass of a group: it cuts the source's items into chunks
-(:mod:`~flowdata.run.chunking`), maps :func:`~flowdata.run.executors.worker.run_task` over them on
-the executor it was given -- any executor, the inline one included, behind one contract --
-with the pass sent once as a :class:`~flowdata.run.executors.worker.PassContext`, and yields the
-computed chunks in sample order, each checked by the :class:`Recorder`. ``execute()``,
+:class:`Engine` runs one pass of a group: it cuts the source's items into chunks with the
+one chunk loop (:class:`~flowdata.run.executors.worker.Chunks`), maps
+:func:`~flowdata.run.executors.worker.run_task` over them on the executor it was given --
+any executor, the inline one included, behind one contract -- with the pass sent once as a
+:class:`~flowdata.run.executors.worker.PassContext`, and yields the computed chunks in
+sample order, each checked by the :class:`~flowdata.run.recorder.Recorder`. ``execute()``,
 ``run_sample()`` and the statistics pass of both loaders run their passes here; the
 loaders' epochs run the same kernel in DataLoader workers and hand their batches to the
-same :class:`Recorder`.
-
-:class:`Recorder` is the one place where the outcome of computing samples becomes an
-error or a skip record: it applies the ``on_error`` policy, keeps which samples were
-skipped (so every later pass and epoch leaves them out alike), logs each skip once, and
-fills the :class:`~flowdata.report.Report`.
+same recorder.
 
 A ``Sequential`` group runs in this process, one sample at a time, in order (its samples
 may depend on what a consumer did with the previous one): with one consumer, in the
@@ -22,163 +18,27 @@ calling thread; with several, in whichever consumer's thread asks for the next s
 from __future__ import annotations
 
 import dataclasses
-import logging
 from collections import deque
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from typing import Any, Literal, Protocol, TypeVar
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
 
-from flowdata.run.caching.passcache import say
 from flowdata.discover import Program
-from flowdata.errors import InputError, NodeError, SampleError, WorkerDied
+from flowdata.errors import WorkerDied
 from flowdata.node import Node
-from flowdata.report import Report, Skip
-from flowdata.run.deadline import Stuck, Watch
-from flowdata.run.executors import Executor, InlineExecutor
-from flowdata.run.kernel import ChunkResult, Failure, PassSpec, failure_of
-from flowdata.run.distributed.ranks import Ranks
 from flowdata.run.caching.samplecache import SampleCache
-from flowdata.run.sequential import SequentialStream
-from flowdata.run.sources.sharded import SHARD_STRIDE, ShardedSource
-from flowdata.run.sources.adapters import IndexSource, Source
+from flowdata.run.deadline import Stuck, Watch
+from flowdata.run.distributed.ranks import Ranks
+from flowdata.run.executors import Executor, InlineExecutor
 from flowdata.run.executors.worker import Chunks, PassContext, ShardRead, Task, run_task
+from flowdata.run.kernel import ChunkResult, Failure, PassSpec, failure_of
+from flowdata.run.recorder import Recorder
+from flowdata.run.sequential import SequentialStream
+from flowdata.run.sources.adapters import IndexSource, Source
+from flowdata.run.sources.sharded import SHARD_STRIDE, ShardedSource
 
-__all__ = ["Computed", "Engine", "OnError", "Recorder", "failure_error", "on_error_mode"]
+__all__ = ["Engine"]
 
-_log = logging.getLogger("flowdata")
-
-OnError = Literal["raise", "skip"]
-
-
-class Computed(Protocol):
-    """What computing samples together gives back, wherever it ran: a
-    :class:`~flowdata.run.kernel.ChunkResult`, or the loader's batch made of one."""
-
-    @property
-    def indices(self) -> Sequence[int]: ...
-    @property
-    def node_seconds(self) -> dict[str, float]: ...
-    @property
-    def skipped(self) -> list[Failure]: ...
-    @property
-    def failure(self) -> Failure | None: ...
-    @property
-    def worker(self) -> str: ...
-    @property
-    def cache(self) -> dict[str, list[int]]: ...
-    @property
-    def notes(self) -> list[tuple[str, str, str]]: ...
-
-
-C = TypeVar("C", bound=Computed)
 _INLINE = InlineExecutor()
-
-
-def on_error_mode(value: object) -> OnError:
-    """``on_error=`` checked once, where a call begins."""
-    if value == "raise" or value == "skip":
-        return value
-    raise InputError(f"on_error={value!r}: expected 'raise' or 'skip'")
-
-
-class Recorder:
-    """Turns computed samples into report entries, skip records or errors (one policy).
-
-    Args:
-        report: Where counts, timings and skips go.
-        on_error: ``"raise"``: a failing sample is a ``SampleError``; ``"skip"``: it is
-            left out of every pass and epoch alike, logged once and reported.
-    """
-
-    def __init__(self, report: Report, on_error: OnError = "raise"):
-        self.report = report
-        self.on_error = on_error
-        self._skips: dict[str, set[int]] = {}
-        self._logged: set[tuple[str, int]] = set()
-        self.on_samples: Callable[[int], None] | None = None  # progress, per chunk
-
-    @property
-    def skip(self) -> bool:
-        """Whether failing samples are left out."""
-        return self.on_error == "skip"
-
-    def skipped(self, group: str) -> frozenset[int]:
-        """The samples of ``group`` skipped so far."""
-        return frozenset(self._skips.get(group, ()))
-
-    def skips_of(self, group: str) -> list[Skip]:
-        """The skip records of ``group`` so far (what a pass-cache entry keeps)."""
-        return [s for s in self.report.skipped if s.group == group]
-
-    def restore(self, skips: Sequence[Skip], when: str = "when the cached pass ran") -> None:
-        """Takes skips found elsewhere (a pass loaded from the cache, other ranks), as if they
-        happened in this run."""
-        fresh = [s for s in skips if s.index not in self._skips.get(s.group, ())]
-        for s in fresh:
-            self._skips.setdefault(s.group, set()).add(s.index)
-            self._logged.add((s.group, s.index))
-        if fresh:
-            _log.info("%d samples skipped %s are left out again", len(fresh), when)
-            self.report.skipped.extend(fresh)
-            self.report.check(total=None)
-
-    def failed(self, group: str, pass_: int, failure: Failure, worker: str = "main", counted: bool = False) -> None:
-        """Records one failed sample: raises under ``"raise"``; under ``"skip"`` the sample is
-        skipped (``counted``: it was counted as seen already, as a value a reduction in this
-        process could not fold)."""
-        if self.skip and not failure.fatal:
-            self.record(group, pass_, -1 if counted else 0, {}, [failure], None, worker)
-        else:
-            self.record(group, pass_, 0, {}, [], failure, worker)
-
-    def check(self, group: str, pass_: int, result: C) -> C:
-        """Records computed samples -- a chunk of a pass, or a batch of a loader's epoch --
-        and what the sample cache did for them; raises their failure, if they have one."""
-        if result.cache:
-            self.report.add_cache(result.cache)
-        if result.notes:
-            say(result.notes)
-        self.record(group, pass_, len(result.indices), result.node_seconds, result.skipped, result.failure,
-                    result.worker)
-        return result
-
-    def record(
-        self,
-        group: str,
-        pass_: int,
-        delivered: int,
-        node_seconds: dict[str, float],
-        skipped: Sequence[Failure],
-        failure: Failure | None,
-        worker: str,
-    ) -> None:
-        """Records samples computed together (a chunk or a batch); raises a failure."""
-        skips = [Skip(f.index, f.item, f.node, f.detail, group, pass_) for f in skipped]
-        if skips:
-            self._skips.setdefault(group, set()).update(s.index for s in skips)
-            for s in skips:
-                if (s.group, s.index) not in self._logged:
-                    self._logged.add((s.group, s.index))
-                    _log.warning("group '%s', pass %d: skipped %s (worker %s)", group, pass_, s, worker)
-        self.report.add(group, delivered, node_seconds, skips)
-        if self.on_samples is not None:
-            self.on_samples(delivered + len(skips))
-        if failure is not None:
-            raise failure_error(failure, group, pass_, worker)
-
-
-def failure_error(f: Failure, group: str, pass_: int, worker: str) -> NodeError:
-    """The error a failure raises, with the user's exception as its cause."""
-    cause = f.error if f.error is not None else RuntimeError(f.detail)
-    err: NodeError
-    if f.reduction:
-        err = NodeError(f.node, f.location, f"{f.detail} (while folding {f.item})")
-    else:
-        err = SampleError(f.node, f.location, f.detail, index=f.index, item=f.item, group=group,
-                          pass_=pass_, worker=worker, reproduce=f.reproduce)
-        if worker != "main" and f.traceback_text:
-            cause.add_note(f"traceback in worker {worker}:\n{f.traceback_text.rstrip()}")
-    err.__cause__ = cause
-    return err
 
 
 class Engine:
