@@ -651,7 +651,8 @@ class Driver:
 
         samples = self._sample_cache(cache, cache_dir, None)
         return scheduler.run_sample(self.graph, self.analysis, self.program, plan, values,
-                                    self.analysis.group_of[outputs[0]], index, item, item is not _MISSING, samples)
+                                    self.analysis.group_of[outputs[0]], index,
+                                    scheduler.FROM_SOURCE if item is _MISSING else item, samples)
 
 
 def _ranks(rank: int | None, world_size: int | None) -> tuple[int, int]:

@@ -29,12 +29,12 @@ from flowdata.run.caching.samplecache import SampleCache
 from flowdata.run.deadline import Stuck, Watch
 from flowdata.run.distributed.ranks import Ranks
 from flowdata.run.executors import Executor, InlineExecutor
-from flowdata.run.executors.worker import Chunks, PassContext, ShardRead, Task, run_task
+from flowdata.run.executors.worker import Chunks, PassContext, ShardRead, ShardTasks, Task, run_task
 from flowdata.run.kernel import ChunkResult, Failure, PassSpec, failure_of
 from flowdata.run.recorder import Recorder
 from flowdata.run.sequential import SequentialStream
 from flowdata.run.sources.adapters import IndexSource, Source
-from flowdata.run.sources.sharded import SHARD_STRIDE, ShardedSource
+from flowdata.run.sources.sharded import ShardedSource
 
 __all__ = ["Engine"]
 
@@ -82,39 +82,50 @@ class Engine:
         self.rank = rank
         self.world_size = world_size
 
-    def stream(self, kind: str, spec: PassSpec, whole: Mapping[str, Any], source: Source,
+    def _prepared(self, spec: PassSpec, whole: Mapping[str, Any]) -> PassSpec:
+        """The pass with this call's timeout and the cached nodes it computes."""
+        if self.timeout is not None:
+            spec = dataclasses.replace(spec, timeout=self.timeout)
+        if self.samples is not None:
+            spec = self.samples.attach(spec, self.nodes, whole, self.program.config)
+        return spec
+
+    def stream(self, spec: PassSpec, whole: Mapping[str, Any], source: Source,
                part: tuple[int, int] | None = None) -> Iterator[ChunkResult]:
-        """The checked chunks of one pass over ``source``, in sample order, lazily.
+        """The checked chunks of one pass of a ``Parallel`` group over ``source``, in sample
+        order, lazily.
 
         Args:
-            kind: The group's kind, ``"parallel"`` or ``"sequential"``.
             spec: The pass.
             whole: Whole values it reads.
             source: The group's items.
             part: Only the samples ``start..stop - 1`` of an indexed source (a rank's share).
         """
-        if self.timeout is not None:
-            spec = dataclasses.replace(spec, timeout=self.timeout)
-        if self.samples is not None:
-            spec = self.samples.attach(spec, self.nodes, whole, self.program.config)
+        spec = self._prepared(spec, whole)
+        group = spec.group
         if part is not None:
             assert isinstance(source, IndexSource)
-            return self._parallel(spec, whole, source.part(*part), keyed=True)
-        if kind == "sequential":
-            return self._sequential(spec, whole, source.open())
+            return self._parallel(spec, whole, self._chunks(spec, source.part(*part), keyed=True))
         if isinstance(source, ShardedSource):  # its own sample indices; its shards read in parallel
             workers = getattr(self.executor, "num_workers", 1)
             if (spec.computes and not isinstance(self.executor, InlineExecutor) and source.num_shards >= workers
                     and _picklable(source.data)):
-                return self._parallel(spec, whole, iter(()), shards=source)
-            return self._parallel(spec, whole, source.keyed(), keyed=True)
-        return self._parallel(spec, whole, source.open())
+                return self._parallel(spec, whole, ShardTasks(source.data, source.num_shards,
+                                                              self.recorder.skipped(group), group in spec.want))
+            return self._parallel(spec, whole, self._chunks(spec, source.keyed(), keyed=True))
+        return self._parallel(spec, whole, self._chunks(spec, source.open(), keyed=False))
 
-    def _parallel(
-        self, spec: PassSpec, whole: Mapping[str, Any], items: Iterator[Any], keyed: bool = False,
-        shards: ShardedSource | None = None,
-    ) -> Iterator[ChunkResult]:
-        """Chunks of ``items`` computed on the executor; or, with ``shards``, one task per
+    def in_order(self, spec: PassSpec, whole: Mapping[str, Any], source: Source) -> Iterator[ChunkResult]:
+        """The samples of one pass of a ``Sequential`` group, one at a time, in order, in this
+        process (see :mod:`flowdata.run.sequential`)."""
+        return self._sequential(self._prepared(spec, whole), whole, source.open())
+
+    def _chunks(self, spec: PassSpec, items: Iterator[Any], keyed: bool) -> Chunks:
+        return Chunks(items, keyed=keyed, exclude=self.recorder.skipped(spec.group), chunk_size=self.chunk_size,
+                      align=bool(spec.folds))
+
+    def _parallel(self, spec: PassSpec, whole: Mapping[str, Any], fresh: Chunks | ShardTasks) -> Iterator[ChunkResult]:
+        """The tasks of ``fresh`` computed on the executor: chunks of items, or one task per
         shard, read where it runs (:func:`~flowdata.run.executors.worker.run_shard`)."""
         group = spec.group
         # Workers in other processes that a node does not let go of are ended by a watch.
@@ -131,13 +142,6 @@ class Engine:
                                   self.recorder.skip, nodes=self.nodes)
             # A pass that computes nothing per sample needs no round trip for its items.
             executor = self.executor if spec.computes else _INLINE
-            chunks = Chunks(items, keyed=keyed, exclude=self.recorder.skipped(group), chunk_size=self.chunk_size,
-                            align=bool(spec.folds))
-            fresh: Iterator[Task] = chunks
-            if shards is not None:
-                fresh = (Task((s * SHARD_STRIDE, (s + 1) * SHARD_STRIDE), (), ShardRead(
-                    shards.data, shards.num_shards, s, self.recorder.skipped(group), group in spec.want))
-                    for s in range(shards.num_shards))
             redo: deque[Task] = deque()  # chunks lost with a worker that was ended, computed again first
             in_flight: deque[Task] = deque()
 
@@ -167,7 +171,7 @@ class Engine:
                             result.items = kept
                             if group in spec.want:
                                 result.columns[group] = kept
-                        chunks.observe(task, result)
+                        fresh.observe(task, result)
                         del chunk, task
                         yield self.recorder.check(group, spec.number, result)
                     return
@@ -190,9 +194,7 @@ class Engine:
         finally:
             if watch is not None:
                 watch.close()
-            close_items = getattr(items, "close", None)
-            if close_items is not None:
-                close_items()
+            fresh.close()
 
     def _timed_out(self, spec: PassSpec, stuck: Stuck, in_flight: deque[Task]) -> None:
         """Reports the sample a worker was ended on; under ``"skip"`` leaves it out of its chunk."""

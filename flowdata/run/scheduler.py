@@ -64,9 +64,19 @@ from flowdata.run.caching.samplecache import SampleCache
 from flowdata.run.sources.adapters import IndexSource, IterableSource, Source, as_source, call_source
 from flowdata.typecheck import contradicts
 
-__all__ = ["Run", "execute", "run_sample"]
+__all__ = ["FROM_SOURCE", "Run", "execute", "run_sample"]
 
 _log = logging.getLogger("flowdata")
+
+
+class _FromSource:
+    """The item of ``run_sample()`` when none was given: read from the source."""
+
+    def __repr__(self) -> str:
+        return "FROM_SOURCE"
+
+
+FROM_SOURCE: Any = _FromSource()
 
 
 class Run:
@@ -403,14 +413,17 @@ class Run:
             dict.fromkeys([p.name for c in plain for p in c.collect_params] + list(pass_.outputs))
         )
         spec = PassSpec(group.source, pass_.number, pass_.computes, wanted, folds=tuple(folds))
-        return self.engine.stream(group.kind, spec, whole, self.open_source(group), part)
+        if group.kind == "sequential":
+            return self.engine.in_order(spec, whole, self.open_source(group))
+        return self.engine.stream(spec, whole, self.open_source(group), part)
 
     # --- one sample -------------------------------------------------------------------------
 
-    def sample(self, group: GroupPlan, pass_: PassPlan, index: int, item: Any, has_item: bool) -> dict[str, Any]:
-        """Runs one sample through ``pass_`` and returns the pass's outputs."""
+    def sample(self, group: GroupPlan, pass_: PassPlan, index: int, item: Any = FROM_SOURCE) -> dict[str, Any]:
+        """Runs one sample through ``pass_`` and returns the pass's outputs (``item``: the
+        sample's item as given, or read from the source)."""
         whole = self.pass_whole(pass_)
-        if not has_item:
+        if item is FROM_SOURCE:
             source = self.open_source(group)
             keyed = getattr(source, "keyed", None)  # a source in shards: its own sample indices
             opened = keyed() if keyed is not None else source.open()
@@ -581,12 +594,11 @@ def run_sample(
     values: Mapping[str, Any],
     group: str,
     index: int,
-    item: Any,
-    has_item: bool,
+    item: Any = FROM_SOURCE,
     samples: SampleCache | None = None,
 ) -> dict[str, Any]:
     """One sample through its group's output pass, in this process (``Driver.run_sample()``)."""
     g = plan.group(group)
     pass_ = next(p for p in g.passes if p.outputs)
     run = Run.open(graph, analysis, program, plan, values, InlineExecutor(), Recorder(Report()), samples=samples)
-    return run.sample(g, pass_, index, item, has_item)
+    return run.sample(g, pass_, index, item)

@@ -24,7 +24,7 @@ from flowdata.node import Node
 from flowdata.run.chunking import MAX_CHUNK, ChunkSizer, chunked, chunked_keyed
 from flowdata.run.kernel import ChunkResult, PassSpec, portable, run_chunk
 
-__all__ = ["Chunks", "PassContext", "ShardRead", "Task", "nodes_for", "run_shard", "run_task"]
+__all__ = ["Chunks", "PassContext", "ShardRead", "ShardTasks", "Task", "nodes_for", "run_shard", "run_task"]
 
 _NODES: dict[bytes, Mapping[str, Node]] = {}
 
@@ -196,6 +196,7 @@ class Chunks:
     def __init__(self, items: Iterator[Any], *, keyed: bool, exclude: frozenset[int] = frozenset(),
                  chunk_size: int | None = None, align: bool = False):
         self._sizer = ChunkSizer(chunk_size, MAX_CHUNK, align=align)
+        self._items = items
         self._cut = (chunked_keyed if keyed else chunked)(items, self._sizer.next_size, exclude)
         self.cut = 0  # tasks cut so far
 
@@ -210,3 +211,32 @@ class Chunks:
     def observe(self, task: Task, result: ChunkResult) -> None:
         """Learns from a computed task: the next chunks' size follows."""
         self._sizer.observe(result.seconds, len(task.indices), result.sample_bytes)
+
+    def close(self) -> None:
+        """Closes the items (a source's generator)."""
+        close = getattr(self._items, "close", None)
+        if close is not None:
+            close()
+
+
+class ShardTasks:
+    """A pass over a source in shards as one task per shard, each read where it runs
+    (:class:`ShardRead`); the engine takes them as it takes :class:`Chunks`."""
+
+    def __init__(self, data: Any, num_shards: int, exclude: frozenset[int], want_items: bool):
+        from flowdata.run.sources.sharded import SHARD_STRIDE
+
+        self._tasks = iter([Task((s * SHARD_STRIDE, (s + 1) * SHARD_STRIDE), (), ShardRead(
+            data, num_shards, s, exclude, want_items)) for s in range(num_shards)])
+
+    def __iter__(self) -> Iterator[Task]:
+        return self
+
+    def __next__(self) -> Task:
+        return next(self._tasks)
+
+    def observe(self, task: Task, result: ChunkResult) -> None:
+        """Nothing to learn: a shard's chunks are sized where it is read."""
+
+    def close(self) -> None:
+        """Nothing to close: the shards are opened where they are read."""
