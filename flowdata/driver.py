@@ -469,7 +469,7 @@ class Driver:
             raise InputError(f"streaming={streaming!r}: expected True (a stream, no len) or False (indexed)")
         options = LoaderOptions(seed=seed, on_error=on_error, cache_dir=cache_dir, streaming=streaming,
                                 samples=self._sample_cache(cache, cache_dir, None))
-        return build_dataset(self, tuple(outputs), inputs, options, batches=False, require_index=not streaming)[0]
+        return build_dataset(self, tuple(outputs), inputs, options)
 
     @_public
     def dataloader(

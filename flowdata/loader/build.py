@@ -1,9 +1,9 @@
 """Building a training iterator: plan, statistics pass, index, dataset, loader.
 
-:func:`build_dataset` is what ``Driver.dataloader()`` and ``Driver.dataset()`` delegate
-to. It plans the call, runs the passes the outputs need first (the statistics pass) on
-the engine -- with the executor given, or a process pool of ``num_workers`` -- and makes
-the dataset of the group's last pass:
+:func:`build_loader` and :func:`build_dataset` are what ``Driver.dataloader()`` and
+``Driver.dataset()`` delegate to. Both plan the call, run the passes the outputs need
+first (the statistics pass) on the engine -- with the executor given, or a process pool of
+``num_workers`` -- and make the dataset of the group's last pass:
 
 - a ``Parallel`` group is **indexed**: the source is opened through the engine (so a
   failing source is a ``NodeError`` naming it, and a source that collects another group is
@@ -161,14 +161,22 @@ def _say_uneven(source: str, options: LoaderOptions) -> None:
 
 def build_dataset(
     driver: Driver, outputs: Sequence[str], inputs: Mapping[str, Any] | None, options: LoaderOptions,
-    *, batches: bool = True, require_index: bool = False, watch: str | None = None,
-) -> tuple[PassDataset | StreamDataset | LaneDataset, list[int], dict[str, Any], Recorder, BatchStep | None]:
-    """Plans the call, computes what the last pass reads, and makes its dataset
-    (``require_index``: a ``PassDataset`` or an ``InputError``, never a stream).
+) -> PassDataset | StreamDataset | LaneDataset:
+    """The dataset of ``Driver.dataset()``: one dict per sample; indexed (a ``PassDataset``,
+    or an ``InputError`` for a group that can only stream) unless ``options.streaming``."""
+    return _build(driver, outputs, inputs, options, loader=False)[0]
 
-    ``batches``: the dataset is ``flowdata.DataLoader``'s (a stream yields collated
-    batches, batch nodes are allowed); else ``dataset()``'s (one dict per sample).
-    ``watch``: the watch folder of the loader's workers (``timeout`` with workers).
+
+def _build(
+    driver: Driver, outputs: Sequence[str], inputs: Mapping[str, Any] | None, options: LoaderOptions,
+    *, loader: bool, watch: str | None = None,
+) -> tuple[PassDataset | StreamDataset | LaneDataset, list[int], dict[str, Any], Recorder, BatchStep | None]:
+    """Plans the call, computes what the last pass reads, and makes its dataset.
+
+    ``loader``: the dataset is ``flowdata.DataLoader``'s (a stream yields collated
+    batches, batch nodes are allowed); else ``dataset()``'s (one dict per sample, indexed
+    unless ``options.streaming``). ``watch``: the watch folder of the loader's workers
+    (``timeout`` with workers).
 
     Returns the dataset, the sample indices to iterate (map-style; those skipped in the
     statistics pass left out), the Collect results computed on the way (``loader.stats``),
@@ -176,12 +184,13 @@ def build_dataset(
     on each collated batch (None when the outputs hold none; refused unless ``batches``).
     """
     _check(options)
+    require_index = not loader and not options.streaming
     outputs = tuple(outputs)
     on_error = on_error_mode(options.on_error)
     call = driver.resolve(outputs, inputs, per_sample=True)
     values, plan, analysis = dict(call.values), call.plan, driver.analysis
     batch_outputs = [o for o in outputs if analysis.batch(o)]
-    if batch_outputs and not batches:
+    if batch_outputs and not loader:
         raise InputError(
             f"dataset() gives per-sample values, but {', '.join(repr(o) for o in batch_outputs)} "
             + ("is a batch node" if len(batch_outputs) == 1 else "are batch nodes")
@@ -283,7 +292,7 @@ def build_dataset(
     indices: list[int] = []
     if index is None:
         stream: dict[str, Any] = dict(skip=skip, collate_fn=options.collate_fn, nodes=driver.graph.nodes,
-                                      exclude=skipped, collated=batches)
+                                      exclude=skipped, collated=loader)
         dataset = (LaneDataset(driver.program, spec, whole, delivered, sharded.data, options.order(),
                                workers=options.num_workers, **stream) if sharded is not None
                    else StreamDataset(driver.program, spec, whole, delivered, options.order(), **stream))
@@ -314,8 +323,8 @@ def build_loader(
     # is the loader's (closed with it), its folder part of the pass the workers run.
     watch = Watch(options.timeout) if options.timeout is not None and options.num_workers > 0 else None
     try:
-        dataset, indices, stats, recorder, step = build_dataset(
-            driver, outputs, inputs, options, watch=watch.folder if watch is not None else None)
+        dataset, indices, stats, recorder, step = _build(
+            driver, outputs, inputs, options, loader=True, watch=watch.folder if watch is not None else None)
         sampler = None
         evening = None
         if isinstance(dataset, LaneDataset) and options.even_batches:
