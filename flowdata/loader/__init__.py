@@ -21,7 +21,8 @@ and ``load_state_dict()`` compose without knowing the kind:
 """
 
 from flowdata.loader.dataloader import DataLoader
-from flowdata.loader.datasets import LaneDataset, PassDataset, StreamDataset
+from flowdata.loader.datasets import PassDataset, StreamDataset
+from flowdata.loader.lanes import LaneDataset
 from flowdata.loader.order import EpochBatches, EpochOrder
 from flowdata.loader.wire import Batch
 

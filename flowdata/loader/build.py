@@ -43,7 +43,8 @@ from flowdata.run.sources.sharded import ShardedSource
 from flowdata.run.distributed.ranks import ItemsPrint, block_reprs, items_print, ranks_of
 from flowdata.run.caching.samplecache import SampleCache
 from flowdata.run.sources.adapters import IndexSource, indexed
-from flowdata.loader.datasets import LaneDataset, PassDataset, StreamDataset
+from flowdata.loader.datasets import PassDataset, StreamDataset
+from flowdata.loader.lanes import LaneDataset
 from flowdata.loader.evening import Evening
 from flowdata.loader.dataloader import DataLoader, progress_bar
 from flowdata.loader.order import EpochBatches, EpochOrder

@@ -1,4 +1,4 @@
-"""The order of a stream in shards: lanes, each read by one consumer.
+"""A stream in shards: lanes, each read by one consumer, and its dataset (:class:`LaneDataset`).
 
 A source in shards (:class:`~flowdata.run.sources.sharded.ShardedSource`, e.g. a
 ``datasets.IterableDataset``) is streamed by ``world_size x max(1, num_workers)``
@@ -35,16 +35,23 @@ once a lane ends in another order.
 from __future__ import annotations
 
 import random
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from flowdata.errors import FlowdataError
+from torch.utils.data import get_worker_info
+
+from flowdata.discover import Program
+from flowdata.errors import FlowdataError, describe
+from flowdata.loader.datasets import StreamWork
 from flowdata.loader.order import EpochOrder, _shuffled, cut_batches
+from flowdata.loader.position import count
+from flowdata.loader.wire import Batch
+from flowdata.run.kernel import PassSpec
 from flowdata.run.sources.sharded import ShardedSource
 from flowdata.sample import sample_seed
 
-__all__ = ["Lane", "Slice", "lane_batches", "layout", "resumed", "saved_lanes"]
+__all__ = ["Lane", "LaneDataset", "Slice", "lane_batches", "layout", "resumed", "saved_lanes"]
 
 
 @dataclass(frozen=True)
@@ -142,3 +149,113 @@ def saved_lanes(state: Mapping[str, Any], served: int) -> tuple[list[Lane], dict
             "  fix: pass a state_dict() of a flowdata.DataLoader as it was saved"
         ) from None
     return resumed(lanes, None if last is None else int(last)), done, None if last is None else int(last)
+
+
+class LaneDataset(StreamWork):
+    """A streaming pass over a source in shards: each consumer reads its own lanes
+    (see :mod:`flowdata.loader.lanes`); nothing is read in the main process.
+
+    ``data`` is what the source returned (a ``datasets.IterableDataset``, ...), pickled to
+    the workers, each of which reads only its lanes' shards; ``workers`` is the number of
+    DataLoader workers per rank that read it (the lanes of an epoch are laid out for
+    ``max(1, workers)`` consumers per rank); the other arguments are :class:`StreamWork`'s
+    (``shuffle`` also shuffles the shard order, each lane has its own buffer,
+    ``drop_last`` drops each lane's last incomplete batch). Its position is, besides the
+    batches served, the lanes of the epoch, the batches served of each, and the lane of
+    the last batch served.
+    """
+
+    def __init__(self, program: Program, spec: PassSpec, whole: Mapping[str, Any], outputs: Sequence[str],
+                 data: Any, order: EpochOrder, *, workers: int = 0, **options: Any):
+        super().__init__(program, spec, whole, outputs, order, **options)
+        nodes = options.get("nodes")
+        if nodes is not None:  # the workers read the stream, not the source's inputs
+            read = {p.name for name in spec.computes for p in nodes[name].params}
+            self.context.whole = {k: v for k, v in self.whole.items() if k in read}
+        self.data = data
+        self.num_shards = int(data.num_shards)
+        self.workers = workers
+        self._lanes: list[Lane] | None = None  # this rank's lanes when resumed, else from the worker count
+        self._done: dict[int, int] = {}  # batches of each lane served before a resume
+        self._lane_served: dict[int, int] = {}  # batches of each lane served this epoch
+        self._last_lane: int | None = None  # the lane of the last batch served (see lanes.resumed)
+
+    def identity(self) -> dict[str, Any]:
+        return {"num_shards": self.num_shards, **super().identity()}
+
+    def delivered(self, batch: Batch) -> None:
+        super().delivered(batch)
+        if batch.lane is not None:  # not a batch that only repeats rows to even out the ranks
+            self._lane_served[batch.lane] = self._lane_served.get(batch.lane, 0) + 1
+            self._last_lane = batch.lane
+
+    def _where(self) -> dict[str, Any]:
+        # The layout is saved too, so that any number of workers can take the lanes over.
+        lanes = self._lanes if self._lanes is not None else self.rank_lanes(max(1, self.workers))
+        where: dict[str, Any] = {
+            "lanes": {str(lane.number): lane.to_state() for lane in lanes},
+            "lane_batches": {str(k): v for k, v in sorted(self._lane_served.items())},
+            "last_lane": self._last_lane,  # where the next batch comes from (see lanes.resumed)
+        }
+        padding = self.served - sum(self._lane_served.values())
+        if padding:  # batches that only repeat rows (evened out): no lane served them
+            where["padding_batches"] = padding
+        return where
+
+    def _begin(self, order: EpochOrder, served: int, saved: Mapping[str, Any]) -> None:
+        lanes: list[Lane] | None = None
+        done: dict[int, int] = {}
+        last: int | None = None
+        if served:
+            padding = saved.get("padding_batches", 0)
+            if not count(padding) or padding > served:
+                raise FlowdataError(
+                    f"cannot resume: the saved position of the stream in shards is impossible (padding_batches "
+                    f"{padding!r} of batches_served {served!r})\n"
+                    "  fix: pass a state_dict() of a flowdata.DataLoader as it was saved")
+            lanes, done, last = saved_lanes(saved, served - padding)
+        self._lanes, self._done, self._lane_served, self._last_lane = lanes, dict(done), dict(done), last
+
+    def unpicklable(self) -> str | None:
+        """As :meth:`PassWork.unpicklable`, the stream itself first."""
+        import pickle
+
+        try:
+            pickle.dumps(self.data)
+        except Exception as exc:
+            return (
+                f"source '{self.spec.group}' returned a {type(self.data).__name__} that cannot be pickled: "
+                f"{describe(exc)}\n  fix: give the stream's map() and filter() module-level functions (not "
+                "lambdas or local functions)"
+            )
+        return super().unpicklable()
+
+    def rank_lanes(self, consumers_per_rank: int) -> list[Lane]:
+        """This rank's lanes of the epoch, for ``consumers_per_rank`` consumers on every rank."""
+        o = self.order
+        every = layout(self.num_shards, o.world_size * consumers_per_rank, o)
+        return [lane for lane in every if lane.number % o.world_size == o.rank]
+
+    def _lane(self, source: ShardedSource, lane: Lane) -> Iterator[Batch]:
+        skip = self._done.get(lane.number, 0)
+        held = 0
+        for n, indices, items in lane_batches(source, lane, self.order, self.exclude):
+            held = n + 1
+            if n < skip:
+                continue  # served before the resume: not computed
+            batch = self._compute(indices, items)
+            batch.lane = lane.number
+            yield batch
+        if held < skip:  # a lane's shards are read only here, so its position is checked here
+            raise FlowdataError(
+                f"cannot resume: the saved position is impossible (lane {lane.number} of the stream of source "
+                f"'{self.spec.group}' served {skip} batches of epoch {self.order.epoch}, but it holds {held})\n"
+                "  fix: pass a state_dict() of a flowdata.DataLoader as it was saved, over the same data"
+            )
+
+    def _computed(self) -> Iterator[Batch]:
+        info = get_worker_info()
+        worker, workers = (0, 1) if info is None else (info.id, info.num_workers)
+        lanes = self._lanes if self._lanes is not None else self.rank_lanes(workers)
+        source = ShardedSource(self._get_nodes()[self.spec.group], self.data)
+        return interleaved([self._lane(source, lane) for j, lane in enumerate(lanes) if j % workers == worker])
