@@ -463,7 +463,8 @@ class Driver:
         ``LaneDataset`` for a stream in shards): an ``IterableDataset`` of one dict per
         sample, with no length.
         """
-        from flowdata.loader.build import LoaderOptions, build_dataset
+        from flowdata.loader.build import build_dataset
+        from flowdata.loader.options import LoaderOptions
 
         if not isinstance(streaming, bool):
             raise InputError(f"streaming={streaming!r}: expected True (a stream, no len) or False (indexed)")
@@ -527,7 +528,8 @@ class Driver:
         ``InputError`` for a bad argument, before the statistics pass; a ``WorkerDied`` for a
         DataLoader worker that dies while the loader is iterated.
         """
-        from flowdata.loader.build import LoaderOptions, build_loader
+        from flowdata.loader.build import build_loader
+        from flowdata.loader.options import LoaderOptions
         from flowdata.run.deadline import check_timeout
 
         rank, world_size = _ranks(rank, world_size)

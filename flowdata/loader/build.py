@@ -27,90 +27,32 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from flowdata.errors import InputError, check_rank, expect_int
+from flowdata.errors import InputError
 from flowdata.node import Role
-from flowdata.report import Report, check_max_skipped
+from flowdata.report import Report
 from flowdata.run.batches import BatchStep
 from flowdata.run.deadline import Watch
-from flowdata.run.executors import Executor, InlineExecutor, ProcessExecutor, resolve_executor
 from flowdata.run.kernel import PassSpec
 from flowdata.run.recorder import Recorder, on_error_mode
 from flowdata.run.scheduler import Run
 from flowdata.run.sources.sharded import ShardedSource
 from flowdata.run.distributed.ranks import ItemsPrint, block_reprs, items_print, ranks_of
-from flowdata.run.caching.samplecache import SampleCache
 from flowdata.run.sources.adapters import IndexSource, indexed
 from flowdata.loader.datasets import PassDataset, StreamDataset
 from flowdata.loader.lanes import LaneDataset
 from flowdata.loader.evening import Evening
 from flowdata.loader.dataloader import DataLoader, progress_bar
-from flowdata.loader.order import EpochBatches, EpochOrder
+from flowdata.loader.options import LoaderOptions, check, statistics_executor
+from flowdata.loader.order import EpochBatches
 
 if TYPE_CHECKING:
     from flowdata.driver import Driver
 
-__all__ = ["LoaderOptions", "build_dataset", "build_loader"]
+__all__ = ["build_dataset", "build_loader"]
 
 _log = logging.getLogger("flowdata")
-
-
-@dataclass(frozen=True)
-class LoaderOptions:
-    """How a loader orders and computes its batches (the arguments of ``dataloader()``)."""
-
-    batch_size: int = 1
-    shuffle: bool = False
-    seed: int = 0
-    drop_last: bool = False
-    even_batches: bool = True
-    rank: int = 0
-    world_size: int = 1
-    streaming: bool = False
-    shuffle_buffer: int = 1024
-    on_error: str = "raise"
-    max_skipped: int | float | None = None
-    cache_dir: str | os.PathLike[str] | None = None
-    collate_fn: Callable[[list[dict[str, Any]]], Any] | None = None
-    progress: bool = False
-    num_workers: int = 0
-    multiprocessing_context: Any = None
-    executor: object = None
-    timeout: float | None = None
-    samples: SampleCache | None = None
-
-    def order(self) -> EpochOrder:
-        """The order of the epochs, from the first."""
-        return EpochOrder(batch_size=self.batch_size, shuffle=self.shuffle, seed=self.seed,
-                          drop_last=self.drop_last, even=self.even_batches, rank=self.rank,
-                          world_size=self.world_size, shuffle_buffer=self.shuffle_buffer)
-
-
-def _check(options: LoaderOptions) -> None:
-    """The arguments of ``dataloader()`` and ``dataset()``, refused (``InputError``) before
-    anything runs, as ``execute()`` refuses its own: nothing is computed for a call that would
-    fail later, in a worker, or with torch's own class of error."""
-    on_error_mode(options.on_error)
-    check_max_skipped(options.max_skipped)
-    expect_int("batch_size", options.batch_size, least=1, meaning="samples per batch")
-    expect_int("num_workers", options.num_workers, least=0,
-               meaning="DataLoader worker processes; 0 computes the batches in this process")
-    expect_int("shuffle_buffer", options.shuffle_buffer, least=1,
-               meaning="items a stream's shuffle buffer holds; 1 keeps the stream's order")
-    check_rank(options.rank, options.world_size)
-
-
-def _statistics_executor(options: LoaderOptions) -> tuple[Executor, bool]:
-    """Where the statistics pass runs: the executor given, else ``num_workers`` processes."""
-    if options.executor is not None:
-        return resolve_executor(options.executor)
-    if options.num_workers > 0:
-        ctx = options.multiprocessing_context
-        method = getattr(ctx, "get_start_method", lambda: ctx)()
-        return ProcessExecutor(options.num_workers, start_method=method), True
-    return InlineExecutor(), True
 
 
 def _refuse_split_by_node(source: str, opened: object, options: LoaderOptions) -> None:
@@ -184,7 +126,7 @@ def _build(
     the recorder (report and skips) the loader goes on with, and the batch nodes to compute
     on each collated batch (None when the outputs hold none; refused unless ``batches``).
     """
-    _check(options)
+    check(options)
     require_index = not loader and not options.streaming
     outputs = tuple(outputs)
     on_error = on_error_mode(options.on_error)
@@ -226,7 +168,7 @@ def _build(
     delivered = pass_.outputs if pass_.batches else outputs
     step: BatchStep | None = None
     recorder = Recorder(Report(max_skipped=options.max_skipped), on_error)
-    executor, owned = _statistics_executor(options)
+    executor, owned = statistics_executor(options)
     cache_dir = os.fspath(options.cache_dir) if options.cache_dir is not None else None
     try:
         ranks = ranks_of(options.rank, options.world_size)
