@@ -243,7 +243,7 @@ class KeptBlocks:
             self._held.append(state)
             self._bytes += size
             return
-        from flowdata.run.caching.store import encode_value
+        from flowdata.run.caching.codec import encode_value
 
         if self._folder is None:
             self._folder = scratch.make("blocks")
@@ -258,7 +258,7 @@ class KeptBlocks:
 
     def __iter__(self) -> Iterator[Any]:
         """The reducers in the order they came (those on disk restored one at a time)."""
-        from flowdata.run.caching.store import decode_value
+        from flowdata.run.caching.codec import decode_value
 
         yield from self._held
         for cls, path in self._spilled:

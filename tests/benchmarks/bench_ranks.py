@@ -75,7 +75,7 @@ def child(args: argparse.Namespace) -> None:
 
     import flowdata as fd
     import ranks_flow
-    from flowdata.run.caching.store import encode_value
+    from flowdata.run.caching.codec import encode_value
     from flowdata.stats import Welford
 
     world = args.world

@@ -8,7 +8,9 @@
 - :mod:`.keys`: the pass cache's key of one pass (what its reductions depend on);
   :mod:`.passcache`: reduction states on disk under that key;
 - :mod:`.samplecache`: the sample cache's per-node keys (``cache=``); :mod:`.store`: its
-  on-disk store and the value codec that writes and reads values without pickling.
+  on-disk store;
+- :mod:`.codec`: the value codec that writes and reads values without pickling (the
+  store's records, folding's loose values, what ranks send each other).
 
 Nothing here imports the engine; the engine and the loader import these.
 """

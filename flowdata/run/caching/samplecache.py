@@ -286,7 +286,7 @@ class ChunkCache:
     def write(self, name: str, at: Sequence[int], values: Sequence[Any]) -> tuple[int, BaseException] | None:
         """Queues the values a cached node computed (at positions ``at``); returns the position
         and error of a value that cannot be stored."""
-        from flowdata.run.caching.store import encode_value
+        from flowdata.run.caching.codec import encode_value
 
         c = self.cached.get(name)
         if c is None:

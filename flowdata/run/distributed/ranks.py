@@ -55,7 +55,7 @@ from typing import Any, TypeVar
 
 from flowdata.errors import FlowdataError, PeerStopped, RankError, describe
 from flowdata.reduce import BLOCK
-from flowdata.run.caching.store import decode_value, encode_value
+from flowdata.run.caching.codec import decode_value, encode_value
 
 __all__ = ["FAILED", "OK", "ItemsPrint", "Ranks", "exchange", "items_print", "ranks_of", "skips_payload", "step_group"]
 

@@ -119,7 +119,8 @@ def test_on_error_skip_with_tensors_that_were_a_bare_runtime_error(tmp_path: Pat
 
 def test_a_namedtuple_whose_class_is_not_imported_is_computed_again_not_damage(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
-    from flowdata.run.caching.store import MISS, SampleStore, encode_value
+    from flowdata.run.caching.codec import encode_value
+    from flowdata.run.caching.store import MISS, SampleStore
 
     writer = SampleStore(str(tmp_path / "node"))
     writer.put("k", encode_value(stateful.Point(1, 2.5)))
