@@ -1,7 +1,9 @@
 """Executors: where chunks of per-sample work run (the door of this room).
 
-- :mod:`.contract`: ``Executor.map(fn, tasks, *, context)``, ``InlineExecutor``, and how a
-  task is pickled for another process;
+- :mod:`.contract`: ``Executor.map(fn, tasks, *, context)``, ``InlineExecutor``, how a
+  task is pickled for another process, and the contexts a worker keeps (``ContextCache``);
+- :mod:`.window`: the tasks of one ``map`` call in flight, results in task order, waited for
+  half a second at a time (the process pool and Ray both run through it);
 - :mod:`.processes`: ``ProcessExecutor``, a pool of worker processes;
 - :mod:`.ray`: ``RayExecutor``, tasks on a Ray cluster (Ray imported on first use);
 - :mod:`.signals`: Ctrl-C held back while a worker is started;

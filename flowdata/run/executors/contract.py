@@ -20,22 +20,25 @@ creates itself are closed after the call. ``tests/conformance/test_executors.py`
 the suite that every executor must pass.
 
 :func:`pickled_task` is how every executor that sends work elsewhere pickles a task, so
-that an unpicklable item is the same error whichever executor meets it.
+that an unpicklable item is the same error whichever executor meets it; a worker of such an
+executor keeps the contexts it was sent in a :class:`ContextCache`.
 """
 
 from __future__ import annotations
 
 import pickle
+from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator
-from typing import Any, Protocol, TypeVar, runtime_checkable
+from typing import Any, Generic, Protocol, TypeVar, runtime_checkable
 
 from flowdata.errors import FlowdataError, describe
 
-__all__ = ["Executor", "InlineExecutor", "pickled_task"]
+__all__ = ["ContextCache", "Executor", "InlineExecutor", "pickled_task"]
 
 T = TypeVar("T")
 R = TypeVar("R")
 C = TypeVar("C")
+V = TypeVar("V")
 
 
 @runtime_checkable
@@ -73,3 +76,24 @@ def pickled_task(task: Any, where: str) -> bytes:
             "  fix: yield picklable items from the source (paths, numbers, dicts of them), "
             "or use executor='inline'"
         ) from exc
+
+
+class ContextCache(Generic[V]):
+    """In a worker process: the contexts of the last ``keep`` ``map`` calls it met, each
+    loaded the first time a task of its call arrives (a call's context is sent once, and
+    a task names it by ``key``). The oldest one met is dropped first."""
+
+    def __init__(self, keep: int = 4):
+        self._keep = keep
+        self._entries: OrderedDict[str, V] = OrderedDict()
+
+    def get(self, key: str, load: Callable[[], V]) -> V:
+        """The context named ``key``: kept, or ``load()`` now and kept."""
+        try:
+            return self._entries[key]
+        except KeyError:
+            pass
+        entry = self._entries[key] = load()
+        while len(self._entries) > self._keep:
+            self._entries.popitem(last=False)
+        return entry

@@ -2,8 +2,8 @@
 
 :class:`ProcessExecutor` follows the contract of :mod:`flowdata.run.executors.contract`:
 the context is written once per ``map`` call to a file every worker reads once, tasks are
-pulled only while there is room for them, and a worker that dies is a ``WorkerDied`` naming
-the tasks it held. Workers are started with Ctrl-C held back
+pulled only while there is room for them (:class:`~flowdata.run.executors.window.Window`),
+and a worker that dies is a ``WorkerDied`` naming the tasks it held. Workers are started with Ctrl-C held back
 (:func:`~flowdata.run.executors.signals.sigint_deferred`) and end when their parent does.
 """
 
@@ -17,14 +17,14 @@ import threading
 import time
 import uuid
 import weakref
-from collections import OrderedDict, deque
 from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from flowdata.run import scratch
 from flowdata.errors import FlowdataError, WorkerDied, describe
-from flowdata.run.executors.contract import pickled_task
+from flowdata.run.executors.contract import ContextCache, pickled_task
 from flowdata.run.executors.signals import Held, sigint_deferred
+from flowdata.run.executors.window import Window
 
 if TYPE_CHECKING:  # imported where a pool starts: `import flowdata` stays light
     from concurrent.futures import Future, ProcessPoolExecutor
@@ -106,8 +106,6 @@ class ProcessExecutor:
 
         pool = self._get_pool()
         path = self._send_once(context)
-        pending: deque[Future[R]] = deque()
-        it = iter(tasks)
 
         def submit(task: T) -> Future[R]:
             # Pickled here, not in the pool's feeder thread: a task that cannot be pickled
@@ -116,35 +114,28 @@ class ProcessExecutor:
             with sigint_deferred():  # a submit may fork a worker
                 return pool.submit(_with_context, fn, path, data)
 
+        def get(future: Future[R], timeout: float) -> R:
+            try:
+                return future.result(timeout=timeout)
+            except BrokenProcessPool as exc:
+                self._end_pool()
+                raise WorkerDied(
+                    f"a worker process of {self!r} died while running a chunk "
+                    "(killed by a signal or out of memory)\n"
+                    "  fix: check memory use, or run with executor='inline' to see the failure"
+                ) from exc
+            except (pickle.PicklingError, TypeError, AttributeError) as exc:
+                if "pickle" not in str(exc):
+                    raise
+                raise FlowdataError(
+                    f"a result could not be sent back from a worker process: {describe(exc)}\n"
+                    "  fix: return picklable values from per-sample nodes (no locks, open files or "
+                    "generators), or use executor='inline'"
+                ) from exc
+
+        window = Window(tasks, self.max_in_flight, submit, get, TimeoutError)
         try:
-            for task in it:
-                pending.append(submit(task))
-                if len(pending) >= self.max_in_flight:
-                    break
-            while pending:
-                future = pending[0]  # left in pending while waited for: a stop here ends its worker
-                try:
-                    result = _wait(future)
-                except BrokenProcessPool as exc:
-                    self._end_pool()
-                    raise WorkerDied(
-                        f"a worker process of {self!r} died while running a chunk "
-                        "(killed by a signal or out of memory)\n"
-                        "  fix: check memory use, or run with executor='inline' to see the failure"
-                    ) from exc
-                except (pickle.PicklingError, TypeError, AttributeError) as exc:
-                    if "pickle" not in str(exc):
-                        raise
-                    raise FlowdataError(
-                        f"a result could not be sent back from a worker process: {describe(exc)}\n"
-                        "  fix: return picklable values from per-sample nodes (no locks, open files or "
-                        "generators), or use executor='inline'"
-                    ) from exc
-                pending.popleft()
-                task = next(it, _END)
-                if task is not _END:
-                    pending.append(submit(task))
-                yield result
+            yield from window
         finally:
             # A stop (Ctrl-C, an error, a consumer that had enough) drops what is pending;
             # a worker still computing a chunk nobody will read is ended, not waited for --
@@ -152,6 +143,7 @@ class ProcessExecutor:
             # Nothing is cancelled when a worker must be ended: the pool's manager thread marks
             # every pending future broken then, and on Python 3.11 it dies with an
             # InvalidStateError (printed to stderr) on one already cancelled.
+            pending = window.pending
             if any(f.running() for f in pending) or not all([f.cancel() or f.done() for f in pending]):
                 self._end_pool()
             # Tasks still queued after a stop fail to read it, and nobody waits for them.
@@ -190,37 +182,18 @@ class ProcessExecutor:
         self.close()
 
 
-_END: Any = object()
-
-
-def _wait(future: Future[R]) -> R:
-    """The future's result, waited for in short slices.
-
-    A Ctrl-C that the kernel hands to another thread of the process (a library's native
-    thread) does not wake a main thread blocked on a lock: the interpreter only notices the
-    signal when the main thread runs again. Waking every half second, the wait runs again
-    and the ``KeyboardInterrupt`` is raised here, within a second.
-    """
-    while True:
-        try:
-            return future.result(timeout=0.5)
-        except TimeoutError:
-            continue
-
-
-_CONTEXTS: OrderedDict[str, Any] = OrderedDict()
+_CONTEXTS: ContextCache[Any] = ContextCache()
 
 
 def _with_context(fn: Callable[[Any, T], R], path: str, data: bytes) -> R:
     """In a worker: the context of ``path``, read once per worker and kept, then ``fn``."""
-    context = _CONTEXTS.get(path)
-    if context is None:
-        with open(path, "rb") as f:
-            context = pickle.load(f)
-        _CONTEXTS[path] = context
-        while len(_CONTEXTS) > 4:
-            _CONTEXTS.popitem(last=False)
-    return fn(context, pickle.loads(data))
+    return fn(_CONTEXTS.get(path, lambda: _read(path)), pickle.loads(data))
+
+
+def _read(path: str) -> Any:
+    """The context the driver wrote to ``path`` (see :meth:`ProcessExecutor._send_once`)."""
+    with open(path, "rb") as f:
+        return pickle.load(f)
 
 
 def _remove(path: str) -> None:

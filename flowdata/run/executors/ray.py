@@ -13,7 +13,8 @@ engine that already schedules tasks across machines, rather than a home-made one
 * **In order, lazily.** At most ``max_in_flight`` tasks (default: twice the cluster's
   CPUs) are submitted ahead of the one being waited for; results come back in task
   order, so reductions merge as they do everywhere else and the results are bitwise
-  equal to the inline executor's. Closing the iterator cancels the tasks still pending.
+  equal to the inline executor's (:class:`~flowdata.run.executors.window.Window`, as for
+  the process pool). Closing the iterator cancels the tasks still pending.
 * **Plain pickles both ways.** A worker pickles the result itself and sends the bytes:
   what crosses is what crosses to a :class:`~flowdata.run.executors.ProcessExecutor`'s
   workers, and a result that cannot be pickled, or an exception of ``fn``, is reported
@@ -47,13 +48,13 @@ import os
 import pickle
 import sys
 import traceback
-from collections import OrderedDict, deque
 from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from flowdata.errors import FlowdataError, WorkerDied, describe
-from flowdata.run.executors.contract import pickled_task
+from flowdata.run.executors.contract import ContextCache, pickled_task
 from flowdata.run.executors.signals import sigint_deferred
+from flowdata.run.executors.window import Window
 
 if TYPE_CHECKING:
     from types import ModuleType
@@ -172,7 +173,7 @@ class RayExecutor:
         reference to it and its own pickled bytes.
         """
         ray = self._ray()
-        window = self.max_in_flight or 2 * self.num_workers
+        size = self.max_in_flight or 2 * self.num_workers
         blob = _pickled_context(fn, context)
         # Nodes or values defined in the script that runs (module __main__): workers import
         # that file as __mp_main__, as multiprocessing's spawned workers do.
@@ -180,25 +181,17 @@ class RayExecutor:
         shared = ray.put((tuple(sys.path), main, blob))
         del blob
         remote = self._remote
-        pending: deque[ObjectRef[Any]] = deque()
-        it = iter(tasks)
 
         def submit(task: T) -> ObjectRef[Any]:
             ref: ObjectRef[Any] = remote.remote([shared], pickled_task(task, "Ray workers"))
             return ref
 
+        from ray.exceptions import GetTimeoutError
+
+        window = Window(tasks, size, submit, self._get, GetTimeoutError)
         interrupted = False
         try:
-            for task in it:
-                pending.append(submit(task))
-                if len(pending) >= window:
-                    break
-            while pending:
-                outcome = self._wait(ray, pending[0])
-                pending.popleft()
-                task = next(it, _END)
-                if task is not _END:
-                    pending.append(submit(task))
+            for outcome in window:
                 yield _unpack(outcome)
         except KeyboardInterrupt:
             interrupted = True
@@ -216,19 +209,17 @@ class RayExecutor:
                 else:
                     # An error, a consumer that had enough, a Ctrl-C on a Ray that stays up:
                     # queued tasks never start, a running one is interrupted.
-                    _cancel(ray, pending)
+                    _cancel(ray, window.pending)
                     del shared
 
-    def _wait(self, ray: ModuleType, ref: ObjectRef[Any]) -> Any:
-        """The task's outcome, waited for in short slices (so a Ctrl-C is seen at once)."""
+    def _get(self, ref: ObjectRef[Any], timeout: float) -> Any:
+        """The task's outcome (``GetTimeoutError`` if not done within ``timeout``), with a
+        dead worker said as such."""
+        import ray
         from ray import exceptions as rx
 
         try:
-            while True:
-                try:
-                    return ray.get(ref, timeout=0.5)
-                except rx.GetTimeoutError:
-                    continue
+            return ray.get(ref, timeout=timeout)
         except (rx.WorkerCrashedError, rx.OutOfMemoryError, rx.NodeDiedError, rx.ObjectLostError,
                 rx.LocalRayletDiedError) as exc:
             raise WorkerDied(
@@ -258,9 +249,6 @@ class RayExecutor:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-
-_END: Any = object()
 
 
 def _session(ray: ModuleType) -> tuple[str, str]:
@@ -394,7 +382,7 @@ def _unpack(outcome: tuple[str, Any, str]) -> Any:
 
 # -- in a Ray worker process ---------------------------------------------------------
 
-_CONTEXTS: OrderedDict[str, tuple[Callable[..., Any], Any]] = OrderedDict()
+_CONTEXTS: ContextCache[tuple[Callable[..., Any], Any]] = ContextCache()
 _READY = False
 
 
@@ -425,21 +413,21 @@ def _context(ref: ObjectRef[Any]) -> tuple[Callable[..., Any], Any]:
     if not _READY:
         _single_threaded()
         _READY = True
-    key = ref.hex()
-    entry = _CONTEXTS.get(key)
-    if entry is None:
-        import ray
+    return _CONTEXTS.get(ref.hex(), lambda: _fetch(ref))
 
-        paths, main, blob = ray.get(ref)
-        # The driver's modules (a project folder it put on its path, a test's rootdir) are
-        # found here too; the worker's own entries come first.
-        sys.path.extend(p for p in paths if p not in sys.path)
-        if main is not None and getattr(sys.modules.get("__mp_main__"), "__file__", None) != main:
-            _import_main(main)
-        entry = _CONTEXTS[key] = _loads(blob)
-        while len(_CONTEXTS) > 4:
-            _CONTEXTS.popitem(last=False)
-    return entry
+
+def _fetch(ref: ObjectRef[Any]) -> tuple[Callable[..., Any], Any]:
+    """The call's ``fn`` and context, fetched from the object store and unpickled."""
+    import ray
+
+    paths, main, blob = ray.get(ref)
+    # The driver's modules (a project folder it put on its path, a test's rootdir) are
+    # found here too; the worker's own entries come first.
+    sys.path.extend(p for p in paths if p not in sys.path)
+    if main is not None and getattr(sys.modules.get("__mp_main__"), "__file__", None) != main:
+        _import_main(main)
+    fn_context: tuple[Callable[..., Any], Any] = _loads(blob)
+    return fn_context
 
 
 def _import_main(path: str) -> None:
