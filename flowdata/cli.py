@@ -44,7 +44,8 @@ from collections.abc import Callable, Mapping, Sequence
 from types import ModuleType
 from typing import Any
 
-from flowdata.driver import Builder, compile_modules, inputs_like_nodes, load_module
+from flowdata.compiler import compile_modules, inputs_like_nodes, load_module
+from flowdata.driver import Builder
 from flowdata.errors import FlowdataError, GraphError
 
 __all__ = ["main"]

@@ -1,9 +1,9 @@
-"""Builder and Driver: a thin facade over discover -> graph -> typecheck -> plan -> execute."""
+"""Builder and Driver: a thin facade over the compiler (:mod:`flowdata.compiler`) and the
+run side (:mod:`flowdata.run`)."""
 
 from __future__ import annotations
 
 import functools
-import importlib
 import os
 import sys
 import warnings
@@ -12,21 +12,20 @@ from dataclasses import dataclass
 from types import MappingProxyType, ModuleType
 from typing import TYPE_CHECKING, Any, Literal, ParamSpec, TypeVar, overload
 
-from flowdata.discover import Program, discover, import_file, program_of
+from flowdata.compiler import compile_modules, inputs_like_nodes, load_module
+from flowdata.discover import Program, program_of
 from flowdata.errors import (
     FlowdataError,
     GraphError,
-    GraphProblem,
     InputError,
     InputLikeNodeWarning,
     UnreadInputWarning,
 )
 from flowdata.graph import Graph
 from flowdata.node import Node, Role
-from flowdata.plan import Analysis, Plan, analyze, make_plan
+from flowdata.plan import Analysis, Plan, make_plan
 from flowdata.report import Report, check_max_skipped
-from flowdata.spelling import near, plural_pair
-from flowdata.typecheck import check_edges, check_reductions
+from flowdata.spelling import near
 
 if TYPE_CHECKING:
     import torch
@@ -34,8 +33,7 @@ if TYPE_CHECKING:
     from flowdata.loader import DataLoader, LaneDataset, PassDataset, StreamDataset
     from flowdata.run.caching.samplecache import SampleCache
 
-__all__ = ["Builder", "Call", "Driver", "InputLikeNodeWarning", "UnreadInputWarning", "compile_modules", "inputs_like_nodes",
-           "load_module"]
+__all__ = ["Builder", "Call", "Driver", "InputLikeNodeWarning", "UnreadInputWarning"]
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -73,57 +71,6 @@ class Call:
     values: Mapping[str, Any]
     replaced: tuple[str, ...]
     plan: Plan
-
-
-@dataclass(frozen=True)
-class Compiled:
-    """The result of compiling modules: graph, analysis and every problem found."""
-
-    graph: Graph
-    analysis: Analysis
-    problems: tuple[GraphProblem, ...]
-
-
-def compile_modules(modules: Sequence[ModuleType], config: Mapping[str, Any], module_overrides: bool = False) -> Compiled:
-    """Discovers, connects, type-checks and analyses ``modules``; collects every problem."""
-    nodes, problems = discover(modules, config, module_overrides)
-    graph = Graph.build(nodes)
-    found = list(problems)
-    cycles = graph.cycles()
-    for cyc in cycles:
-        first = graph.nodes[cyc[0]]
-        found.append(
-            GraphProblem(
-                code="FD005",
-                title="cycle",
-                message=f"the graph has a cycle: {' -> '.join(cyc)}",
-                node=first.name,
-                locations=tuple(graph.nodes[n].location for n in cyc[:-1]),
-                fix="break the cycle: one of these functions must not read the other's output",
-            )
-        )
-    if cycles:
-        analysis = Analysis(MappingProxyType({}), MappingProxyType({}), MappingProxyType({}), ())
-        found.extend(check_edges(graph, lambda name: False))
-    else:
-        analysis = analyze(graph)
-        found.extend(analysis.problems)
-        found.extend(check_edges(graph, analysis.per_sample))
-    found.extend(check_reductions(graph))
-    return Compiled(graph, analysis, tuple(found))
-
-
-def load_module(ref: ModuleType | str) -> ModuleType:
-    """A module object from a module, a dotted name, or a path to a ``.py`` file."""
-    if isinstance(ref, ModuleType):
-        return ref
-    if ref.endswith(".py") or os.sep in ref:
-        path = os.path.abspath(ref)
-        name = os.path.splitext(os.path.basename(path))[0]
-        if name in sys.modules and getattr(sys.modules[name], "__file__", None) == path:
-            return sys.modules[name]
-        return import_file(name, path)
-    return importlib.import_module(ref)
 
 
 class Builder:
@@ -168,28 +115,6 @@ def _warn_inputs_like_nodes(graph: Graph, config: Mapping[str, Any]) -> None:
     """Warns about each input spelt almost like a node (see :func:`inputs_like_nodes`)."""
     for message in inputs_like_nodes(graph, config):
         warnings.warn(message, InputLikeNodeWarning, stacklevel=_user_stacklevel())
-
-
-def inputs_like_nodes(graph: Graph, config: Mapping[str, Any]) -> list[str]:
-    """FD401: inputs spelt almost like a node (``featurs`` for ``features``): the parameter
-    then silently reads an input instead of the node. ``flowdata check`` prints them;
-    ``build()`` warns (``InputLikeNodeWarning``)."""
-    names = list(graph.nodes)
-    found = []
-    for name, spec in graph.inputs.items():
-        if name in config or len(name) < 4:
-            continue
-        close = near(name, names)
-        if close is None or plural_pair(name, close) or any(n.name == close for n, _ in spec.readers):
-            continue  # 'url(urls)', a source reading its plural input, is the usual idiom
-        node = graph.nodes[close]
-        readers = ", ".join(f"'{n.name}' ({n.location})" for n, _ in spec.readers)
-        found.append(
-            f"FD401 input-like-a-node: {readers} reads '{name}', which no node makes, so it is an input; "
-            f"did you mean node '{node.name}' ({node.location})?\n"
-            f"  fix: rename the parameter '{name}' to '{node.name}'; if an input is meant, give it a name no node has"
-        )
-    return found
 
 
 def _user_stacklevel() -> int:
