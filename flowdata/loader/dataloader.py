@@ -373,7 +373,7 @@ class DataLoader(TorchDataLoader):  # type: ignore[type-arg]
         index = getattr(self.flow_dataset, "index", None)
         item = index.take([stuck.index])[0] if index is not None and 0 <= stuck.index < len(index) else "?"
         assert spec.timeout is not None
-        failure = failure_of(self.flow_dataset._get_nodes()[name], stuck.index, item,
+        failure = failure_of(self.flow_dataset.nodes[name], stuck.index, item,
                              stuck.error(spec.timeout, "DataLoader worker", ", which ends the epoch"))
         return failure_error(failure, spec.group, spec.number, f"pid {stuck.pid}")
 

@@ -95,7 +95,9 @@ class PassWork:
         """Whether a failing sample is left out (``on_error="skip"``)."""
         return self.context.skip
 
-    def _get_nodes(self) -> Mapping[str, Node]:
+    @property
+    def nodes(self) -> Mapping[str, Node]:
+        """The nodes, rebuilt from the program once per worker process."""
         return self.context.nodes
 
     def columns(self, indices: list[int], items: list[Any], epoch: int) -> ChunkResult:
@@ -211,7 +213,7 @@ class PassDataset(PassWork, Dataset[dict[str, Any]]):
             try:
                 items.extend(self.index.take([i]))
             except Exception as exc:
-                source = self._get_nodes()[self.spec.group]
+                source = self.nodes[self.spec.group]
                 raise NodeError(
                     source.name, source.location, f"{describe(exc)} (while producing sample {i})"
                 ) from exc.with_traceback(user_traceback(exc.__traceback__))
@@ -399,7 +401,7 @@ class StreamDataset(StreamWork):
             batches.close()  # the source's generator ends here, not when collected
 
     def _items(self) -> Iterator[Any]:
-        source = self._get_nodes()[self.spec.group]
+        source = self.nodes[self.spec.group]
         kwargs = {p.name: self.whole[p.name] for p in source.params if p.name in self.whole}
         return call_source(source, kwargs).open()
 

@@ -257,5 +257,5 @@ class LaneDataset(StreamWork):
         info = get_worker_info()
         worker, workers = (0, 1) if info is None else (info.id, info.num_workers)
         lanes = self._lanes if self._lanes is not None else self.rank_lanes(workers)
-        source = ShardedSource(self._get_nodes()[self.spec.group], self.data)
+        source = ShardedSource(self.nodes[self.spec.group], self.data)
         return interleaved([self._lane(source, lane) for j, lane in enumerate(lanes) if j % workers == worker])
