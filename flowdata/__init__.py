@@ -21,6 +21,7 @@ from flowdata.errors import (
     NodeError,
     RankError,
     SampleError,
+    WorkerDied,
 )
 from flowdata.plan import Plan
 from flowdata.reduce import reduce
@@ -57,6 +58,7 @@ __all__ = [
     "Sequential",
     "Skip",
     "TooManySkipped",
+    "WorkerDied",
     "reduce",
     "vectorized",
 ]

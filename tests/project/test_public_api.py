@@ -10,6 +10,12 @@ import pytest
 import flowdata
 
 
+def test_a_dead_worker_can_be_caught_by_its_own_name() -> None:
+    from flowdata.errors import WorkerDied
+
+    assert flowdata.WorkerDied is WorkerDied and issubclass(flowdata.WorkerDied, flowdata.FlowdataError)
+
+
 def test_public_names_are_pinned() -> None:
     assert sorted(flowdata.__all__) == [
         "Batch",
@@ -35,6 +41,7 @@ def test_public_names_are_pinned() -> None:
         "Sequential",
         "Skip",
         "TooManySkipped",
+        "WorkerDied",
         "reduce",
         "vectorized",
     ]
