@@ -4,6 +4,8 @@
   ``guarded`` iteration (a source's error names it);
 - :mod:`.adapters`: what a source function's return value becomes -- indexes of lists,
   Arrow tables and DataFrames, an Arrow file of a generator's items, plain iterables;
+- :mod:`.arrowindex`: the Arrow file of a generator's items, written once and
+  memory-mapped by every worker;
 - :mod:`.sharded`: streams in shards (``datasets.IterableDataset``, anything with
   ``num_shards``/``shard``) and ``datasets.Dataset`` as an index.
 """
