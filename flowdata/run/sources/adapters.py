@@ -1,25 +1,19 @@
-"""Sources: the one contract every source of samples follows, and its first adapters.
+"""What a source function's return value becomes: a :class:`~flowdata.run.sources.contract.Source`.
 
-A group's samples come from a :class:`Source`:
+Indexes, used as they are: :class:`IndexSource` over a sized, indexable object returned by
+the source function -- a list (:class:`SequenceIndex`), an Arrow table or a pandas
+DataFrame, one dict per row (:class:`TableIndex`), a ``datasets.Dataset``
+(:class:`DatasetIndex`) -- or over an Arrow index
+(:class:`~flowdata.run.sources.arrowindex.ArrowIndex`).
 
-- ``open()`` iterates the items in sample order. It is *guarded*: an error raised while
-  producing an item becomes a ``NodeError`` naming the source function, its
-  ``file:line`` and the sample index -- in ``execute()``, ``run_sample()`` and both
-  loaders alike;
-- ``index()`` gives random access (:class:`ItemIndex`), or None for a plain iterable;
-- ``fingerprint()`` digests the items (and the size and modification time of every file
-  they name) for the pass cache;
-- ``shard(rank, world_size)`` gives the ``(index, item)`` pairs one of several ranks takes.
+Streams: :class:`~flowdata.run.sources.sharded.ShardedSource` over an iterable in shards (a
+``datasets.IterableDataset``), whose ``keyed()`` gives each item with its own sample
+index; :class:`IterableSource` over anything else (a generator), which is read once --
+:func:`indexed` stores its items in an Arrow index (:mod:`flowdata.run.sources.arrowindex`)
+for random access.
 
-Adapters: :class:`IndexSource` over a sized, indexable object returned by the source
-function (a list: :class:`SequenceIndex`, used as it is; an Arrow table or a pandas
-DataFrame, one dict per row: :class:`TableIndex`; a
-``datasets.Dataset``: :class:`~flowdata.run.sources.sharded.DatasetIndex`) or over an Arrow index
-(:class:`~flowdata.run.sources.arrowindex.ArrowIndex`); :class:`~flowdata.run.sources.sharded.ShardedSource` over an iterable in
-shards (a ``datasets.IterableDataset``), whose ``keyed()`` gives each item with its own
-sample index; :class:`IterableSource` over anything else (a generator), which is read
-once -- :func:`indexed` stores its items in an Arrow index
-(:mod:`flowdata.run.sources.arrowindex`) for random access.
+Which return value is a Hugging Face dataset, and how its rows are read, is
+:mod:`flowdata.run.sources.huggingface`'s to say.
 """
 
 from __future__ import annotations
@@ -30,10 +24,12 @@ from typing import Any
 from flowdata.errors import FlowdataError, NodeError, describe, user_traceback
 from flowdata.io import mapped_path, open_mapped
 from flowdata.node import Node
+from flowdata.run.sources import huggingface
 from flowdata.run.sources.arrowindex import ArrowIndex, write_index
 from flowdata.run.sources.contract import ItemIndex, Source, guarded
 
 __all__ = [
+    "DatasetIndex",
     "IndexSource",
     "ItemIndex",
     "IterableSource",
@@ -47,6 +43,7 @@ __all__ = [
 ]
 
 _BATCH = 65_536
+_ROWS = 1024  # rows of a map-style datasets.Dataset read at once when iterating it whole
 
 
 class SequenceIndex:
@@ -134,6 +131,42 @@ class TableIndex:
             yield from self.take(range(start, min(start + _BATCH, len(self.table))))
 
 
+class DatasetIndex:
+    """A map-style ``datasets.Dataset`` as the index, as it is: rows are read by batches of
+    indices through Arrow (one ``dataset[indices]`` call per batch), never copied into
+    another index; its fingerprint is the dataset's own plus the size and modification time
+    of the files its string columns name."""
+
+    def __init__(self, dataset: Any):
+        self.dataset = dataset
+
+    def __len__(self) -> int:
+        return len(self.dataset)
+
+    def take(self, indices: Sequence[int]) -> list[Any]:
+        """The rows at ``indices``, read in one Arrow call."""
+        if not indices:
+            return []
+        return huggingface.rows(self.dataset, indices)
+
+    def __iter__(self) -> Iterator[Any]:
+        n = len(self.dataset)
+        for start in range(0, n, _ROWS):
+            yield from self.take(range(start, min(start + _ROWS, n)))
+
+    def fingerprint(self) -> tuple[str, int]:
+        """(digest, count): the dataset's own fingerprint, and the files its string columns name."""
+        import hashlib
+
+        from flowdata.run.caching.fingerprint import file_stats
+
+        h = hashlib.sha256(f"datasets:{huggingface.fingerprint_of(self.dataset)}:{len(self.dataset)}".encode())
+        for column, value in huggingface.named_strings(self.dataset):
+            for _, size, mtime in file_stats(value):
+                h.update(f"|{column}:{size}:{mtime}".encode())
+        return h.hexdigest(), len(self.dataset)
+
+
 def _is_table(value: Any) -> bool:
     t = type(value)
     if t.__module__.startswith("pyarrow") and t.__name__ in ("Table", "RecordBatch"):
@@ -191,6 +224,11 @@ class IterableSource:
             raise FlowdataError(f"source '{self.node.name}' was already read: it is an iterator")
         return guarded(items, self.node)
 
+    @property
+    def unread(self) -> Iterable[Any] | None:
+        """What the source function returned, until :meth:`open` reads it (then None)."""
+        return self._items
+
     def index(self) -> None:
         """No random access."""
         return None
@@ -221,12 +259,12 @@ def call_source(node: Node, kwargs: dict[str, Any]) -> Source:
 
 def as_source(node: Node, value: Any) -> Source:
     """The source adapter for what ``node``'s function returned: a ``datasets.Dataset``
-    (:class:`~flowdata.run.sources.sharded.DatasetIndex`) or another sized, indexable object is the
-    index; an iterable in shards is a :class:`~flowdata.run.sources.sharded.ShardedSource`; any
-    other iterable is read once, in order."""
-    from flowdata.run.sources.sharded import DatasetIndex, ShardedSource, is_hf_dataset, is_sharded
+    (:class:`DatasetIndex`) or another sized, indexable object is the index; an iterable in
+    shards is a :class:`~flowdata.run.sources.sharded.ShardedSource`; any other iterable is
+    read once, in order."""
+    from flowdata.run.sources.sharded import ShardedSource, is_sharded
 
-    if is_hf_dataset(value):
+    if huggingface.is_dataset(value):
         return IndexSource(node, DatasetIndex(value))
     if _is_table(value):
         return IndexSource(node, TableIndex(value))
