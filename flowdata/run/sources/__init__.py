@@ -9,7 +9,7 @@
   memory-mapped by every worker;
 - :mod:`.sharded`: streams in shards (``datasets.IterableDataset``, anything with
   ``num_shards``/``shard``), each shard read on its own;
-- :mod:`.huggingface`: everything the sources know of Hugging Face ``datasets`` (which
+- :mod:`.huggingface`: everything flowdata knows of Hugging Face ``datasets`` (which
   value is a dataset, how its rows and shards are read, when a stream must be read whole,
-  its fingerprint).
+  its fingerprint): the one module that reads the library's attributes.
 """

@@ -3,7 +3,7 @@
 Every attribute of a ``datasets`` object that flowdata reads, private ones included, is
 read here, so that a new version of the library that renames one is fixed in this module
 alone. ``datasets`` is never imported to ask (a source that returns something else does
-not pay for it).
+not pay for it); only :func:`identity` imports it, for a stream's hash.
 
 - a map-style ``datasets.Dataset`` is used as the index (:func:`is_dataset`): its rows
   are read by batches of indices in one Arrow call (:func:`rows`); it is known by its own
@@ -13,11 +13,14 @@ not pay for it).
   ``shard(num_shards=, index=)``: :func:`shard`), unless a step of it reads across shards
   (:func:`reads_across_shards`) or it is already split by node (:func:`split_by_node`):
   then it is read whole, in order -- and refused by a loader that deals samples to
-  several ranks itself (:func:`refuse_split_by_node`).
+  several ranks itself (:func:`refuse_split_by_node`);
+- a cache key digests a ``datasets`` object by its fingerprint or by ``datasets``' own
+  hasher, never by its pickle (:func:`is_datasets_object`, :func:`identity`).
 
 The adapters that use this (``DatasetIndex`` in :mod:`flowdata.run.sources.adapters`,
-``ShardedSource`` in :mod:`flowdata.run.sources.sharded`) import this module; it imports
-none of them.
+``ShardedSource`` in :mod:`flowdata.run.sources.sharded`), the pass cache's digest
+(:mod:`flowdata.run.caching.digest`) and the ranks' comparison of their items
+(:mod:`flowdata.run.distributed.ranks`) import this module; it imports none of them.
 """
 
 from __future__ import annotations
@@ -29,7 +32,9 @@ from flowdata.errors import InputError
 
 __all__ = [
     "fingerprint_of",
+    "identity",
     "is_dataset",
+    "is_datasets_object",
     "named_strings",
     "reads_across_shards",
     "refuse_split_by_node",
@@ -37,6 +42,11 @@ __all__ = [
     "shard",
     "split_by_node",
 ]
+
+
+def is_datasets_object(value: Any) -> bool:
+    """Whether ``value`` is an object of the ``datasets`` library (a dataset, a stream, ...)."""
+    return type(value).__module__.startswith("datasets.")
 
 
 def is_dataset(value: Any) -> bool:
@@ -50,6 +60,28 @@ def fingerprint_of(value: Any) -> str | None:
     on it), or None for anything that has none."""
     fingerprint = getattr(value, "_fingerprint", None)
     return fingerprint if isinstance(fingerprint, str) else None
+
+
+def identity(value: Any) -> str | None:
+    """What a cache key reads of a ``datasets`` object, never its pickle (a map-style
+    dataset held in memory pickles whole; a stream's generator may be a lambda): a
+    ``Dataset``'s fingerprint and length; another object's (a stream's) attributes, hashed
+    by ``datasets``' own ``Hasher`` -- its generator's code and arguments, its rows being
+    fingerprinted as a source's items. None when the ``Hasher`` cannot hash them."""
+    name = type(value).__qualname__
+    fingerprint = fingerprint_of(value)
+    if fingerprint is not None:
+        return f"datasets:{name}:{fingerprint}:{len(value)}"
+    from datasets.fingerprint import Hasher
+
+    try:
+        # Less the file systems ``datasets`` keeps for its workers (``HfFileSystem._cache``):
+        # instances whose pickle differs in every process, so a key that held them would
+        # never hit in a new process.
+        state = {k: v for k, v in vars(value).items() if not k.endswith("__hffs_cache")}
+        return f"datasets:{name}:{Hasher.hash(state)}"
+    except Exception:
+        return None
 
 
 def rows(dataset: Any, indices: Sequence[int]) -> list[Any]:
