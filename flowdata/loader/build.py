@@ -57,15 +57,9 @@ _log = logging.getLogger("flowdata")
 
 def _refuse_split_by_node(source: str, opened: object, options: LoaderOptions) -> None:
     """A stream already split by node would be split between ranks twice: refused."""
-    raw = getattr(opened, "_items", None)
-    if options.world_size > 1 and getattr(raw, "_distributed", None) is not None:
-        raise InputError(
-            f"source '{source}' returned a stream already split by node (datasets.distributed."
-            f"split_dataset_by_node), and the loader deals samples to {options.world_size} ranks too: each rank "
-            "would get a share of its share and the other rows would be lost\n"
-            "  fix: return the whole stream (flowdata splits its shards between ranks and workers), or build the "
-            "loader with world_size=1 on each node"
-        )
+    from flowdata.run.sources.huggingface import refuse_split_by_node
+
+    refuse_split_by_node(source, opened, options.world_size)
 
 
 def _refuse_stream(source: str, why: str) -> None:

@@ -18,7 +18,8 @@ above)::
 
 Rooms the layers use, each a package whose docstring says what it owns::
 
-    sources/      the Source contract, the adapters, streams in shards
+    sources/      the Source contract, the adapters, the Arrow index, streams in shards,
+                  Hugging Face datasets
     executors/    Executor.map(fn, tasks, *, context): inline, processes, Ray; the worker side
     caching/      keys and fingerprints, the pass cache, the sample cache and its store
     distributed/  ranks of torch.distributed sharing a pass

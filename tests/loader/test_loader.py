@@ -446,17 +446,19 @@ def test_the_usual_epoch_loop_resumes_where_it_stopped(dr: fd.Driver) -> None:
 
 @pytest.mark.procs
 def test_arrow_index_with_many_chunks(dr: fd.Driver, monkeypatch: pytest.MonkeyPatch) -> None:
-    import flowdata.run.sources.adapters as index_module
+    import flowdata.run.sources.adapters as adapters
+    import flowdata.run.sources.arrowindex as index_module
 
     monkeypatch.setattr(index_module, "_BATCH", 7)  # many record batches, as past 65,536 items
+    monkeypatch.setattr(adapters, "_BATCH", 7)  # read by batches that span them
     ds = dr.dataset(["path", "label"], inputs={"n": 50})
     assert ds.index.length == 50 and len(ds.index._open().chunks) == 8
     order = [49, 0, 13, 7, 6, 48, 21, 21]
     assert [r["path"] for r in ds.rows(order, 0)] == [f"clip-{i}.wav" for i in order]
-    ints = index_module._write_index((i * 3 for i in range(30)), None, "ints")
-    assert ints.take([29, 0, 8, 14]) == [87, 0, 24, 42]
-    tuples = index_module._write_index(((f"t{i}", i) for i in range(20)), None, "tuples")
-    assert tuples.take([19, 3]) == [("t19", 19), ("t3", 3)]
+    ints = index_module.write_index((i * 3 for i in range(30)), None, "ints")
+    assert isinstance(ints, index_module.ArrowIndex) and ints.take([29, 0, 8, 14]) == [87, 0, 24, 42]
+    tuples = index_module.write_index(((f"t{i}", i) for i in range(20)), None, "tuples")
+    assert isinstance(tuples, index_module.ArrowIndex) and tuples.take([19, 3]) == [("t19", 19), ("t3", 3)]
     batches = [b["path"] for b in dr.dataloader(["path"], inputs={"n": 50}, batch_size=16, shuffle=True, num_workers=2)]
     assert sorted(p for b in batches for p in b) == sorted(f"clip-{i}.wav" for i in range(50))
 

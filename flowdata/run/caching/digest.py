@@ -44,6 +44,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from flowdata.run.caching.installed import is_user_module, package_version
+from flowdata.run.sources import huggingface
 
 __all__ = ["Unseen", "class_key", "digest_with", "is_code", "reading"]
 
@@ -150,7 +151,7 @@ def _feed(h: Any, value: Any) -> None:
         _feed_big(h, value, _feed_tensor)
     elif _torch_value(value, "nn", "Module"):
         _once(h, value, _feed_module)
-    elif t.__module__.startswith("datasets."):
+    elif huggingface.is_datasets_object(value):
         _feed_hf(h, value)
     elif is_code(value):
         code = _CTX.code
@@ -347,23 +348,15 @@ def _feed_hf(h: Any, value: Any) -> None:
 
 
 def _hf_state(h: Any, value: Any) -> None:
-    """A Hugging Face dataset by its own fingerprint, never by its pickle (a map-style
-    dataset held in memory pickles whole; a stream's generator may be a lambda)."""
-    fingerprint = getattr(value, "_fingerprint", None)
-    if isinstance(fingerprint, str):  # datasets.Dataset: derived from its data and every operation on it
-        h.update(f"datasets:{type(value).__qualname__}:{fingerprint}:{len(value)};".encode())
+    """A Hugging Face dataset by its own fingerprint, never by its pickle
+    (:func:`flowdata.run.sources.huggingface.identity`); by its pickle only when
+    ``datasets`` cannot hash it."""
+    identity = huggingface.identity(value)
+    if identity is not None:
+        h.update(f"{identity};".encode())
         return
-    from datasets.fingerprint import Hasher
-
-    try:  # a stream: its generator's code and arguments (its rows are fingerprinted as a source's items)
-        # Less the file systems ``datasets`` keeps for its workers (``HfFileSystem._cache``):
-        # instances whose pickle differs in every process, so a key that held them would
-        # never hit in a new process.
-        state = {k: v for k, v in vars(value).items() if not k.endswith("__hffs_cache")}
-        h.update(f"datasets:{type(value).__qualname__}:{Hasher.hash(state)};".encode())
-    except Exception:
-        h.update(f"pickle:{type(value).__qualname__}:".encode())
-        h.update(pickle.dumps(value, protocol=4))
+    h.update(f"pickle:{type(value).__qualname__}:".encode())
+    h.update(pickle.dumps(value, protocol=4))
 
 
 # torch's own bookkeeping in a module's __dict__: hooks, and the containers hashed apart

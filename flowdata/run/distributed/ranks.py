@@ -372,10 +372,12 @@ def items_print(items: Any) -> ItemsPrint:
     """
     import hashlib
 
+    from flowdata.run.sources.huggingface import fingerprint_of
+
     n = len(items)
-    dataset = getattr(items, "dataset", None)
-    if dataset is not None and hasattr(dataset, "_fingerprint"):  # a datasets.Dataset: never decoded here
-        return ItemsPrint(n, hashlib.sha256(f"{dataset._fingerprint}:{n}".encode()).hexdigest(), [], "datasets")
+    fingerprint = fingerprint_of(getattr(items, "dataset", None))
+    if fingerprint is not None:  # a datasets.Dataset: never decoded here
+        return ItemsPrint(n, hashlib.sha256(f"{fingerprint}:{n}".encode()).hexdigest(), [], "datasets")
     own = getattr(items, "items", None)
     if own is not None and not isinstance(own, (list, tuple, range)):
         # Another sized, indexable object used as the index (a torch Dataset): its items
@@ -397,11 +399,12 @@ def items_print(items: Any) -> ItemsPrint:
 def block_reprs(items: Any, block: int) -> list[str]:
     """Short reprs of the items of one block (to name the first that differs)."""
     from flowdata.errors import short_repr
+    from flowdata.run.sources.huggingface import fingerprint_of
 
     n = len(items)
     lo = block * _PRINT_BLOCK
     own = getattr(items, "items", None)
-    if lo >= n or getattr(getattr(items, "dataset", None), "_fingerprint", None) is not None or (
+    if lo >= n or fingerprint_of(getattr(items, "dataset", None)) is not None or (
             own is not None and not isinstance(own, (list, tuple, range))):
         return []
     return [short_repr(x) for x in items.take(list(range(lo, min(lo + _PRINT_BLOCK, n))))]

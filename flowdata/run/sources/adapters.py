@@ -1,51 +1,35 @@
-"""Sources: the one contract every source of samples follows, and its first adapters.
+"""What a source function's return value becomes: a :class:`~flowdata.run.sources.contract.Source`.
 
-A group's samples come from a :class:`Source`:
+Indexes, used as they are: :class:`IndexSource` over a sized, indexable object returned by
+the source function -- a list (:class:`SequenceIndex`), an Arrow table or a pandas
+DataFrame, one dict per row (:class:`TableIndex`), a ``datasets.Dataset``
+(:class:`DatasetIndex`) -- or over an Arrow index
+(:class:`~flowdata.run.sources.arrowindex.ArrowIndex`).
 
-- ``open()`` iterates the items in sample order. It is *guarded*: an error raised while
-  producing an item becomes a ``NodeError`` naming the source function, its
-  ``file:line`` and the sample index -- in ``execute()``, ``run_sample()`` and both
-  loaders alike;
-- ``index()`` gives random access (:class:`ItemIndex`), or None for a plain iterable;
-- ``fingerprint()`` digests the items (and the size and modification time of every file
-  they name) for the pass cache;
-- ``shard(rank, world_size)`` gives the ``(index, item)`` pairs one of several ranks takes.
+Streams: :class:`~flowdata.run.sources.sharded.ShardedSource` over an iterable in shards (a
+``datasets.IterableDataset``), whose ``keyed()`` gives each item with its own sample
+index; :class:`IterableSource` over anything else (a generator), which is read once --
+:func:`indexed` stores its items in an Arrow index (:mod:`flowdata.run.sources.arrowindex`)
+for random access.
 
-Adapters: :class:`IndexSource` over a sized, indexable object returned by the source
-function (a list: :class:`SequenceIndex`, used as it is; an Arrow table or a pandas
-DataFrame, one dict per row: :class:`TableIndex`; a
-``datasets.Dataset``: :class:`~flowdata.run.sources.sharded.DatasetIndex`) or over an Arrow index
-(:class:`ArrowIndex`); :class:`~flowdata.run.sources.sharded.ShardedSource` over an iterable in
-shards (a ``datasets.IterableDataset``), whose ``keyed()`` gives each item with its own
-sample index; :class:`IterableSource` over anything else (a generator), which is read once -- :func:`indexed` stores its items in an
-Arrow IPC file that every worker memory-maps, so a worker's private memory does not grow
-as it walks the items (a Python list's reference counts are written on every read:
-copy-on-read after fork).
-
-Arrow items may be strings, bytes, numbers, booleans, None, dicts of those (a struct
-column), lists, or tuples (stored as a struct and read back as tuples). Anything else is
-an error that says what to yield instead.
+Which return value is a Hugging Face dataset, and how its rows are read, is
+:mod:`flowdata.run.sources.huggingface`'s to say.
 """
 
 from __future__ import annotations
 
-import os
-import re
-import sys
-import tempfile
-import weakref
 from collections.abc import Iterable, Iterator, Sequence
-from itertools import islice
 from typing import Any
 
-from flowdata.run import scratch, writers
-from flowdata.errors import FlowdataError, NodeError, describe, short_repr, user_traceback
+from flowdata.errors import FlowdataError, NodeError, describe, user_traceback
 from flowdata.io import mapped_path, open_mapped
 from flowdata.node import Node
+from flowdata.run.sources import huggingface
+from flowdata.run.sources.arrowindex import ArrowIndex, write_index
 from flowdata.run.sources.contract import ItemIndex, Source, guarded
 
 __all__ = [
-    "ArrowIndex",
+    "DatasetIndex",
     "IndexSource",
     "ItemIndex",
     "IterableSource",
@@ -59,6 +43,7 @@ __all__ = [
 ]
 
 _BATCH = 65_536
+_ROWS = 1024  # rows of a map-style datasets.Dataset read at once when iterating it whole
 
 
 class SequenceIndex:
@@ -146,90 +131,47 @@ class TableIndex:
             yield from self.take(range(start, min(start + _BATCH, len(self.table))))
 
 
+class DatasetIndex:
+    """A map-style ``datasets.Dataset`` as the index, as it is: rows are read by batches of
+    indices through Arrow (one ``dataset[indices]`` call per batch), never copied into
+    another index; its fingerprint is the dataset's own plus the size and modification time
+    of the files its string columns name."""
+
+    def __init__(self, dataset: Any):
+        self.dataset = dataset
+
+    def __len__(self) -> int:
+        return len(self.dataset)
+
+    def take(self, indices: Sequence[int]) -> list[Any]:
+        """The rows at ``indices``, read in one Arrow call."""
+        if not indices:
+            return []
+        return huggingface.rows(self.dataset, indices)
+
+    def __iter__(self) -> Iterator[Any]:
+        n = len(self.dataset)
+        for start in range(0, n, _ROWS):
+            yield from self.take(range(start, min(start + _ROWS, n)))
+
+    def fingerprint(self) -> tuple[str, int]:
+        """(digest, count): the dataset's own fingerprint, and the files its string columns name."""
+        import hashlib
+
+        from flowdata.run.caching.fingerprint import file_stats
+
+        h = hashlib.sha256(f"datasets:{huggingface.fingerprint_of(self.dataset)}:{len(self.dataset)}".encode())
+        for column, value in huggingface.named_strings(self.dataset):
+            for _, size, mtime in file_stats(value):
+                h.update(f"|{column}:{size}:{mtime}".encode())
+        return h.hexdigest(), len(self.dataset)
+
+
 def _is_table(value: Any) -> bool:
     t = type(value)
     if t.__module__.startswith("pyarrow") and t.__name__ in ("Table", "RecordBatch"):
         return True
     return t.__module__.startswith("pandas") and t.__name__ == "DataFrame"
-
-
-class ArrowIndex:
-    """Items in an Arrow IPC file, memory-mapped on first use in each process.
-
-    Pickles as its path: a worker opens its own map.
-    """
-
-    def __init__(self, path: str, length: int, as_tuple: bool):
-        self.path = path
-        self.length = length
-        self.as_tuple = as_tuple
-        self._column: Any = None
-        self._chunks: Any = None
-        self._starts: list[int] = []
-        self._views: Any = None
-
-    def __getstate__(self) -> dict[str, Any]:
-        return {"path": self.path, "length": self.length, "as_tuple": self.as_tuple}
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__init__(state["path"], state["length"], state["as_tuple"])  # type: ignore[misc]
-
-    def __len__(self) -> int:
-        return self.length
-
-    def _open(self) -> Any:
-        import pyarrow as pa
-
-        if self._column is None:
-            source = pa.memory_map(self.path, "r")
-            column = pa.ipc.open_file(source).read_all().column(0)
-            starts, total = [], 0
-            for c in column.chunks:
-                starts.append(total)
-                total += len(c)
-            self._chunks, self._starts = column.chunks, starts
-            # Fixed-width columns without nulls: zero-copy numpy views of the memory map.
-            self._views = None
-            if pa.types.is_primitive(column.type) and all(c.null_count == 0 for c in column.chunks):
-                self._views = [c.to_numpy(zero_copy_only=True) for c in column.chunks]
-            self._column = column
-        return self._column
-
-    def take(self, indices: Sequence[int]) -> list[Any]:
-        """The items at ``indices``, read from the memory map chunk by chunk.
-
-        ``ChunkedArray.take`` concatenates the chunks of a string column first (a copy of
-        the whole column at every call), so each chunk is taken from on its own.
-        """
-        import bisect
-
-        import pyarrow as pa
-
-        self._open()
-        chunks, starts, views = self._chunks, self._starts, self._views
-        if len(chunks) == 1:
-            values = views[0][indices].tolist() if views is not None else (
-                chunks[0].take(pa.array(indices, type=pa.int64())).to_pylist())
-        else:
-            values = [None] * len(indices)
-            by_chunk: dict[int, list[int]] = {}
-            for pos, i in enumerate(indices):
-                by_chunk.setdefault(bisect.bisect_right(starts, i) - 1, []).append(pos)
-            for c, positions in by_chunk.items():
-                local = [indices[p] - starts[c] for p in positions]
-                got = views[c][local].tolist() if views is not None else (
-                    chunks[c].take(pa.array(local, type=pa.int64())).to_pylist())
-                for p, v in zip(positions, got):
-                    values[p] = v
-        if self.as_tuple:
-            return [tuple(v.values()) for v in values]
-        return values  # type: ignore[no-any-return]
-
-    def __iter__(self) -> Iterator[Any]:
-        column = self._open()
-        for start in range(0, self.length, _BATCH):
-            values = column.slice(start, _BATCH).to_pylist()
-            yield from ((tuple(v.values()) for v in values) if self.as_tuple else values)
 
 
 class IndexSource:
@@ -282,6 +224,11 @@ class IterableSource:
             raise FlowdataError(f"source '{self.node.name}' was already read: it is an iterator")
         return guarded(items, self.node)
 
+    @property
+    def unread(self) -> Iterable[Any] | None:
+        """What the source function returned, until :meth:`open` reads it (then None)."""
+        return self._items
+
     def index(self) -> None:
         """No random access."""
         return None
@@ -312,12 +259,12 @@ def call_source(node: Node, kwargs: dict[str, Any]) -> Source:
 
 def as_source(node: Node, value: Any) -> Source:
     """The source adapter for what ``node``'s function returned: a ``datasets.Dataset``
-    (:class:`~flowdata.run.sources.sharded.DatasetIndex`) or another sized, indexable object is the
-    index; an iterable in shards is a :class:`~flowdata.run.sources.sharded.ShardedSource`; any
-    other iterable is read once, in order."""
-    from flowdata.run.sources.sharded import DatasetIndex, ShardedSource, is_hf_dataset, is_sharded
+    (:class:`DatasetIndex`) or another sized, indexable object is the index; an iterable in
+    shards is a :class:`~flowdata.run.sources.sharded.ShardedSource`; any other iterable is
+    read once, in order."""
+    from flowdata.run.sources.sharded import ShardedSource, is_sharded
 
-    if is_hf_dataset(value):
+    if huggingface.is_dataset(value):
         return IndexSource(node, DatasetIndex(value))
     if _is_table(value):
         return IndexSource(node, TableIndex(value))
@@ -339,260 +286,5 @@ def indexed(source: Source, directory: str | None) -> IndexSource:
     """A source with random access: as it is, or its items stored in an Arrow index."""
     if isinstance(source, IndexSource):
         return source
-    return IndexSource(source.node, _write_index(source.open(), directory, source.node.name))
-
-
-def _write_index(items: Iterable[Any], directory: str | None, name: str) -> ItemIndex:
-    """An index of ``items``: an Arrow file under ``directory`` (a ``cache_dir``: the file
-    stays), else in a scratch folder (removed with the index), else in memory.
-
-    A scratch folder (see :mod:`flowdata.run.scratch`) is removed when the index is
-    collected, at exit, on SIGTERM, when writing it fails, and -- after a kill -- by the
-    next run. A place that cannot take the file (read-only, a full disk, a file in the
-    way) loses nothing: the part written is read back from the file, which is removed,
-    and the write goes on at the next place -- the source is read once. A ``cache_dir``
-    that cannot be written gives its one warning (:func:`flowdata.run.caching.passcache.unwritable`); an
-    index kept in memory (no folder took it) gives one naming the temporary folder.
-    """
-    from flowdata.run.caching.passcache import say, unwritable
-
-    made = _Batches(iter(items), name)
-    batches: Iterator[Any] = iter(made)
-    if directory is not None:
-        _sweep(directory)
-        try:
-            return _write_arrow(batches, directory, made)
-        except _Unwritten as failed:
-            say([unwritable(directory, failed.error)])
-            batches = failed.rest
-    folder: str | None = None
-    try:
-        folder = scratch.make("index")
-        index = _write_arrow(batches, folder, made)
-    except (_Unwritten, OSError) as failed:
-        if folder is not None:
-            scratch.remove(folder)
-        error = failed.error if isinstance(failed, _Unwritten) else failed
-        if isinstance(failed, _Unwritten):
-            batches = failed.rest
-        import logging
-
-        logging.getLogger("flowdata").warning(
-            "the index of source '%s' is kept in memory: no folder could take it (the temporary folder %s: %s: "
-            "%s); DataLoader workers copy what they read of it", name, folder or "", type(error).__name__, error)
-        rows = [row for batch in batches for row in batch.column(0).to_pylist()]
-        return SequenceIndex([tuple(v.values()) for v in rows] if made.as_tuple else rows)
-    except BaseException:
-        if folder is not None:
-            scratch.remove(folder)
-        raise
-    # A temporary index lives as long as the index object in this process (workers,
-    # which hold copies, stop before the loader that owns it is collected).
-    weakref.finalize(index, scratch.remove, folder)
-    return index
-
-
-class _Batches:
-    """The items as Arrow record batches of one column, ``item`` (one type throughout)."""
-
-    def __init__(self, items: Iterator[Any], name: str):
-        self.items = items
-        self.name = name
-        self.as_tuple = False
-        self.length = 0
-        self.type: Any = None
-
-    def __iter__(self) -> Iterator[Any]:
-        import pyarrow as pa
-
-        while True:
-            batch = list(islice(self.items, _BATCH))
-            if not batch:
-                return
-            if self.type is None:
-                self.as_tuple = isinstance(batch[0], tuple)
-            if self.as_tuple:
-                batch = [_tuple_row(x, self.name, self.length + i) for i, x in enumerate(batch)]
-            try:
-                array = pa.array(batch) if self.type is None else pa.array(batch, type=self.type)
-            except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError) as exc:
-                raise FlowdataError(
-                    f"source '{self.name}' yields items an Arrow index cannot hold "
-                    f"(first item: {short_repr(batch[0])}): {exc}\n"
-                    "  fix: yield light descriptions of samples — a path string, or a dict of "
-                    "str/int/float (e.g. {'path': 'a.wav', 'label': 3}) — and load data in a "
-                    "per-sample node, or return a list from the source to use it as the index"
-                ) from exc
-            self.type = array.type
-            self.length += len(batch)
-            yield pa.record_batch([array], names=["item"])
-
-
-class _Unwritten(Exception):
-    """A folder could not take an index: the error, and every batch still to write (those
-    the removed file held first)."""
-
-    def __init__(self, error: OSError, rest: Iterator[Any]):
-        super().__init__(error)
-        self.error, self.rest = error, rest
-
-
-def _write_arrow(batches: Iterator[Any], folder: str, made: _Batches) -> ArrowIndex:
-    """Writes ``batches`` to a new Arrow file in ``folder``. Raises :class:`_Unwritten` when
-    the folder cannot take it; nothing partial is left either way."""
-    import pyarrow as pa
-
-    path: str | None = None
-    writer: Any = None
-    done = 0
-    batch: Any = None
-    try:
-        try:
-            os.makedirs(folder, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(prefix=f".{made.name}-{writers.tag()}-", suffix=".arrow.tmp", dir=folder)
-            path = tmp  # removed on failure while set
-            os.close(fd)
-        except OSError as exc:
-            raise _Unwritten(exc, batches) from exc
-        while True:
-            batch = next(batches, None)  # a failing source raises here, as it is
-            try:
-                if batch is None:
-                    if writer is None:
-                        writer = pa.ipc.new_file(tmp, pa.schema([pa.field("item", pa.null())]))
-                    writer, closing = None, writer
-                    closing.close()  # writes the footer: may fail too
-                    path = None
-                    return ArrowIndex(_into_place(tmp, folder, made.name), made.length, made.as_tuple)
-                if writer is None:
-                    writer = pa.ipc.new_file(tmp, batch.schema)
-                writer.write_batch(batch)
-            except OSError as exc:
-                raise _Unwritten(exc, _read_back(tmp, done, batch, batches)) from exc
-            done += 1
-    except BaseException:
-        if writer is not None:
-            try:
-                writer.close()
-            except Exception:
-                pass  # the write failed already: the file goes
-        if path is not None:
-            try:
-                os.remove(path)  # nothing partial is left behind
-            except OSError:
-                pass
-        raise
-
-
-def _into_place(written: str, folder: str, name: str) -> str:
-    """The written index file ``written`` renamed to ``<name>-<digest>.arrow`` (its
-    contents' SHA-256): a file already there with those contents (another loader's over
-    the same items) is used instead, and ``written`` removed, so that loaders over the
-    same items share one file. Returns the path the index is read from (``written``
-    itself when the renaming fails: a whole index all the same). Something not a file
-    under that name (a FIFO, a socket, a device, a folder) is left alone and said once:
-    the index is read from ``written``, removed like any temporary index once this
-    process is gone."""
-    from flowdata.io import NotAFile
-
-    try:
-        digest = _file_digest(written)
-        path = os.path.join(folder, f"{name}-{digest[:16]}.arrow")
-        try:
-            same = _file_digest(path) == digest
-        except NotAFile as exc:
-            from flowdata.run.caching.passcache import say
-
-            say([("flowdata.cache", f"foreign:{path}",
-                  f"{exc}, where the index of source '{name}' goes: it is left alone, and the index is read "
-                  f"from {written} (fix: remove it, or give cache_dir a folder that only flowdata writes to)")])
-            return written
-        except OSError:
-            same = False  # not there (or unreadable: replaced)
-        if same:
-            os.remove(written)
-        else:
-            os.replace(written, path)  # atomic: a reader sees either file, whole
-        return path
-    except OSError:
-        return written
-    except BaseException:
-        try:
-            os.remove(written)
-        except OSError:
-            pass
-        raise
-
-
-def _file_digest(path: str) -> str:
-    import hashlib
-
-    from flowdata.io import open_regular
-
-    h = hashlib.sha256()
-    with open_regular(path) as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
-_TEMPORARY = re.compile(r"^\.[A-Za-z_][A-Za-z0-9_]*-(\d+)~([A-Za-z0-9._-]+)-[A-Za-z0-9_]+\.arrow\.tmp$")
-"""An index being written: ``.<source>-<pid>~<host>-<random>.arrow.tmp``."""
-
-
-def _sweep(directory: str) -> None:
-    """Removes the index files being written in ``directory`` (a ``cache_dir``) whose writer
-    is gone (killed while writing: :func:`flowdata.run.writers.gone`); a warning says how
-    many and how many bytes."""
-    from flowdata.run.caching.passcache import say
-
-    files = size = 0
-    try:
-        names = os.listdir(directory)
-    except OSError:
-        return
-    for name in names:
-        found = _TEMPORARY.match(name)
-        path = os.path.join(directory, name)
-        if found is None or not writers.gone(path, int(found[1]), found[2]):
-            continue
-        try:
-            took = os.stat(path).st_size
-            os.remove(path)
-        except OSError:
-            continue  # removed by another process meanwhile, or read-only: left
-        files, size = files + 1, size + took
-    if files:
-        say([("flowdata.cache", f"swept-index:{os.path.abspath(directory)}",
-              f"cache_dir {directory}: removed {files} temporary index file{'s' if files != 1 else ''} "
-              f"({size:,} bytes) left by writers that were killed while writing")])
-
-
-def _read_back(path: str, done: int, failed: Any, rest: Iterator[Any]) -> Iterator[Any]:
-    """The ``done`` batches a partly written Arrow file holds (mapped before the caller
-    removes the file), then ``failed`` (the batch being written), then ``rest``."""
-    import pyarrow as pa
-
-    reader = None
-    if done:
-        # An IPC file is 8 bytes of magic, then the stream format: its first messages are
-        # whole (each write returned), whatever the last one holds.
-        reader = pa.ipc.open_stream(pa.memory_map(path, "r").read_buffer().slice(8))
-
-    def batches() -> Iterator[Any]:
-        for _ in range(done):
-            yield reader.read_next_batch()  # type: ignore[union-attr]
-        if failed is not None:
-            yield failed
-        yield from rest
-
-    return batches()
-
-
-def _tuple_row(value: Any, name: str, index: int) -> dict[str, Any]:
-    if not isinstance(value, tuple):
-        raise FlowdataError(
-            f"source '{name}' yielded a tuple first but {short_repr(value)} at item {index}\n"
-            "  fix: yield items of one kind"
-        )
-    return {f"f{i}": v for i, v in enumerate(value)}
+    stored = write_index(source.open(), directory, source.node.name)
+    return IndexSource(source.node, stored if isinstance(stored, ArrowIndex) else SequenceIndex(stored))
