@@ -37,7 +37,7 @@ from flowdata.run.deadline import Watch
 from flowdata.run.kernel import PassSpec
 from flowdata.run.recorder import Recorder, on_error_mode
 from flowdata.run.scheduler import Run
-from flowdata.run.sources.sharded import ShardedSource
+from flowdata.run.sources.contract import Shards
 from flowdata.run.distributed.ranks import ItemsPrint, block_reprs, items_print, ranks_of
 from flowdata.run.sources.adapters import IndexSource, indexed
 from flowdata.loader.datasets import PassDataset, StreamDataset
@@ -171,21 +171,22 @@ def _build(
                        rank=options.rank, world_size=options.world_size, ranks=ranks)
         printed: list[ItemsPrint] = []
 
-        def open_group(_: object = None) -> tuple[IndexSource | None, ShardedSource | None]:
+        def open_group(_: object = None) -> tuple[IndexSource | None, Shards | None]:
             if group.kind != "parallel":
                 return None, None
             # Called here once (a function returning a stream is cheap to call): what it
             # returns decides how the epochs read it.
             opened = run.open_source(group)
             _refuse_split_by_node(group.source, opened, options)
-            if isinstance(opened, ShardedSource):
+            shards = opened.shards()
+            if shards is not None:
                 if require_index:
-                    _refuse_stream(group.source, f"returned a stream in shards ({type(opened.data).__name__})")
+                    _refuse_stream(group.source, f"returned a stream in shards ({type(shards.data).__name__})")
                 run.use_source(group.source, opened)  # the statistics pass streams it once, here
-                _say_fallback(group.source, opened.num_shards, options)
+                _say_fallback(group.source, shards.num_shards, options)
                 if ranks is None:  # ranks given by hand: the loader cannot even them out
                     _say_uneven(group.source, options)
-                return None, opened
+                return None, shards
             if streaming:
                 return None, None
             index = indexed(opened, cache_dir)  # elsewhere when cache_dir cannot take it

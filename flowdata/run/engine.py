@@ -33,8 +33,7 @@ from flowdata.run.executors.worker import Chunks, PassContext, ShardRead, ShardT
 from flowdata.run.kernel import ChunkResult, Failure, PassSpec, failure_of
 from flowdata.run.recorder import Recorder
 from flowdata.run.sequential import SequentialStream
-from flowdata.run.sources.adapters import IndexSource, Source
-from flowdata.run.sources.sharded import ShardedSource
+from flowdata.run.sources.contract import Source, index_part
 
 __all__ = ["Engine"]
 
@@ -104,13 +103,15 @@ class Engine:
         spec = self._prepared(spec, whole)
         group = spec.group
         if part is not None:
-            assert isinstance(source, IndexSource)
-            return self._parallel(spec, whole, self._chunks(spec, source.part(*part), keyed=True))
-        if isinstance(source, ShardedSource):  # its own sample indices; its shards read in parallel
+            index = source.index()
+            assert index is not None, "ranks share the passes of an indexed source only"
+            return self._parallel(spec, whole, self._chunks(spec, index_part(index, *part), keyed=True))
+        shards = source.shards()
+        if shards is not None:  # its own sample indices; its shards read in parallel
             workers = getattr(self.executor, "num_workers", 1)
-            if (spec.computes and not isinstance(self.executor, InlineExecutor) and source.num_shards >= workers
-                    and _picklable(source.data)):
-                return self._parallel(spec, whole, ShardTasks(source.data, source.num_shards,
+            if (spec.computes and not isinstance(self.executor, InlineExecutor) and shards.num_shards >= workers
+                    and _picklable(shards.data)):
+                return self._parallel(spec, whole, ShardTasks(shards.data, shards.num_shards,
                                                               self.recorder.skipped(group), group in spec.want))
             return self._parallel(spec, whole, self._chunks(spec, source.keyed(), keyed=True))
         return self._parallel(spec, whole, self._chunks(spec, source.open(), keyed=False))

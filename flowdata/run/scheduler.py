@@ -61,7 +61,7 @@ from flowdata.run.engine import Engine
 from flowdata.run.recorder import OnError, Recorder
 from flowdata.run.distributed.ranks import Ranks, skips_payload
 from flowdata.run.caching.samplecache import SampleCache
-from flowdata.run.sources.adapters import IndexSource, IterableSource, Source, as_source, call_source
+from flowdata.run.sources.adapters import IterableSource, Source, as_source, call_source
 from flowdata.typecheck import contradicts
 
 __all__ = ["FROM_SOURCE", "Run", "execute", "run_sample"]
@@ -219,7 +219,7 @@ class Run:
             raise
         if cleanup is _nothing:
             return source
-        if isinstance(source, IndexSource):
+        if source.index() is not None:
             cleanup()  # the function has read what it wanted
             return source
         return IterableSource(node, _then(source.open(), cleanup))
@@ -424,11 +424,9 @@ class Run:
         sample's item as given, or read from the source)."""
         whole = self.pass_whole(pass_)
         if item is FROM_SOURCE:
-            source = self.open_source(group)
-            keyed = getattr(source, "keyed", None)  # a source in shards: its own sample indices
-            opened = keyed() if keyed is not None else source.open()
+            opened = self.open_source(group).keyed()  # a source in shards numbers its own samples
             try:
-                item = _nth(opened if keyed is not None else enumerate(opened), index, group.source)
+                item = _nth(opened, index, group.source)
             finally:
                 close = getattr(opened, "close", None)
                 if close is not None:
@@ -460,7 +458,7 @@ def _unshared(group: GroupPlan, plain: Sequence[Node], folds: Sequence[FoldSpec]
     if plain:
         return (f"plain Collect function(s) {', '.join(repr(n.name) for n in plain)} read every value "
                 "(a reduction shares the work)")
-    if group.kind == "sequential" or not isinstance(source, IndexSource):
+    if group.kind == "sequential" or source.index() is None:
         return f"source '{group.source}' is a stream, not an index"
     for f in folds:
         if not (hasattr(f.reducer.cls, "state_dict") and hasattr(f.reducer.cls, "from_state_dict")):

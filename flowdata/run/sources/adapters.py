@@ -26,7 +26,7 @@ from flowdata.io import mapped_path, open_mapped
 from flowdata.node import Node
 from flowdata.run.sources import huggingface
 from flowdata.run.sources.arrowindex import ArrowIndex, write_index
-from flowdata.run.sources.contract import ItemIndex, Source, guarded
+from flowdata.run.sources.contract import ItemIndex, Source, guarded, numbered
 
 __all__ = [
     "DatasetIndex",
@@ -196,18 +196,13 @@ class IndexSource:
         own = getattr(self.items, "fingerprint", None)
         return own() if own is not None else fingerprint_items(self.open())
 
-    def part(self, start: int, stop: int) -> Iterator[tuple[int, Any]]:
-        """``(index, item)`` of the samples ``start..stop - 1``, read by batches."""
-        for lo in range(start, stop, _BATCH):
-            batch = list(range(lo, min(lo + _BATCH, stop)))
-            yield from zip(batch, self.items.take(batch))
+    def keyed(self) -> Iterator[tuple[int, Any]]:
+        """``(index, item)`` in order."""
+        return numbered(self.open())
 
-    def shard(self, rank: int, world_size: int) -> Iterator[tuple[int, Any]]:
-        """Positions ``rank, rank + world_size, ...``, read by batches."""
-        positions = range(rank, len(self.items), world_size)
-        for start in range(0, len(positions), _BATCH):
-            batch = list(positions[start : start + _BATCH])
-            yield from zip(batch, self.items.take(batch))
+    def shards(self) -> None:
+        """Not a stream in shards."""
+        return None
 
 
 class IterableSource:
@@ -239,11 +234,13 @@ class IterableSource:
 
         return fingerprint_items(self.open())
 
-    def shard(self, rank: int, world_size: int) -> Iterator[tuple[int, Any]]:
-        """Every ``world_size``-th item, from ``rank`` on."""
-        for i, item in enumerate(self.open()):
-            if i % world_size == rank:
-                yield i, item
+    def keyed(self) -> Iterator[tuple[int, Any]]:
+        """``(index, item)`` in order (reads the items: once)."""
+        return numbered(self.open())
+
+    def shards(self) -> None:
+        """Not a stream in shards."""
+        return None
 
 
 def call_source(node: Node, kwargs: dict[str, Any]) -> Source:

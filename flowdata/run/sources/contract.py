@@ -4,10 +4,18 @@
   error raised while producing an item becomes a ``NodeError`` naming the source function,
   its ``file:line`` and the sample index -- in ``execute()``, ``run_sample()`` and both
   loaders alike;
-- ``index()`` gives random access (:class:`ItemIndex`), or None for a plain iterable;
+- ``keyed()`` iterates ``(sample index, item)`` pairs in sample order: the indices count
+  from 0 by one, except for a stream in shards, whose indices jump from shard to shard
+  (:mod:`flowdata.run.sources.sharded`);
+- ``index()`` gives random access (:class:`ItemIndex`), or None for a plain iterable; a
+  rank's part of an index is :func:`index_part`;
+- ``shards()`` gives a stream in shards as workers read it where they run (:class:`Shards`),
+  or None for every other source;
 - ``fingerprint()`` digests the items (and the size and modification time of every file
-  they name) for the pass cache;
-- ``shard(rank, world_size)`` gives the ``(index, item)`` pairs one of several ranks takes.
+  they name) for the pass cache.
+
+The engine and the loader ask these methods what a source can do; none of them asks which
+adapter class it is.
 
 The adapters (:mod:`flowdata.run.sources.adapters`, :mod:`flowdata.run.sources.sharded`) import this module;
 it imports none of them.
@@ -17,12 +25,13 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
 from flowdata.errors import NodeError, describe, user_traceback
 from flowdata.node import Node
 
-__all__ = ["ItemIndex", "Source", "guarded"]
+__all__ = ["ItemIndex", "Shards", "Source", "guarded", "index_part", "numbered"]
 
 
 @runtime_checkable
@@ -38,6 +47,15 @@ class ItemIndex(Protocol):
     def __iter__(self) -> Iterator[Any]: ...
 
 
+@dataclass(frozen=True)
+class Shards:
+    """A stream in shards as a worker reads it: what the source returned (it has
+    ``num_shards`` and ``shard()``) and how many shards it has."""
+
+    data: Any
+    num_shards: int
+
+
 @runtime_checkable
 class Source(Protocol):
     """Where a group's samples come from (see the module docstring)."""
@@ -48,17 +66,39 @@ class Source(Protocol):
         """The items in sample order; a failure names the source function."""
         ...
 
+    def keyed(self) -> Iterator[tuple[int, Any]]:
+        """``(sample index, item)`` in sample order; a failure names the source function."""
+        ...
+
     def index(self) -> ItemIndex | None:
         """Random access to the items, or None."""
+        ...
+
+    def shards(self) -> Shards | None:
+        """The stream in shards, for workers that read their shards themselves; or None."""
         ...
 
     def fingerprint(self) -> tuple[str, int]:
         """(digest, count) of the items, for the pass cache."""
         ...
 
-    def shard(self, rank: int, world_size: int) -> Iterator[tuple[int, Any]]:
-        """The ``(index, item)`` pairs rank ``rank`` of ``world_size`` takes."""
-        ...
+
+def numbered(items: Iterator[Any]) -> Iterator[tuple[int, Any]]:
+    """``(index, item)`` from 0 on; closing it closes ``items`` (a source's generator)."""
+    try:
+        yield from enumerate(items)
+    finally:
+        close = getattr(items, "close", None)
+        if close is not None:
+            close()
+
+
+def index_part(index: ItemIndex, start: int, stop: int, batch: int = 65_536) -> Iterator[tuple[int, Any]]:
+    """``(index, item)`` of the samples ``start..stop - 1`` of an index (a rank's share of a
+    pass), read ``batch`` at a time."""
+    for lo in range(start, stop, batch):
+        positions = list(range(lo, min(lo + batch, stop)))
+        yield from zip(positions, index.take(positions))
 
 
 def guarded(items: Iterable[Any], source: Node, start: int = 0, where: str = "") -> Iterator[Any]:

@@ -25,7 +25,7 @@ from typing import Any
 from flowdata.errors import FlowdataError, NodeError, describe, user_traceback
 from flowdata.node import Node
 from flowdata.run.sources import huggingface
-from flowdata.run.sources.contract import guarded
+from flowdata.run.sources.contract import Shards, guarded
 
 __all__ = ["SHARD_STRIDE", "ShardedSource", "is_sharded", "shard_of"]
 
@@ -103,7 +103,6 @@ class ShardedSource:
 
         return fingerprint_items(self.open())
 
-    def shard(self, rank: int, world_size: int) -> Iterator[tuple[int, Any]]:
-        """The samples of shards ``rank, rank + world_size, ...``."""
-        for s in range(rank, self.num_shards, world_size):
-            yield from self.rows(s)
+    def shards(self) -> Shards:
+        """The stream and its number of shards, for workers that read shards themselves."""
+        return Shards(self.data, self.num_shards)

@@ -1,5 +1,5 @@
-"""The Source contract: open (guarded), index, fingerprint, shard -- for each adapter; an
-index that raises is the source's error."""
+"""The Source contract: open (guarded), keyed, index, shards, fingerprint -- for each
+adapter; an index that raises is the source's error."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import pytest
 
 import flowdata as fd
 from flowdata.run.sources.adapters import IndexSource, IterableSource, Source, TableIndex, as_source, indexed
+from flowdata.run.sources.contract import index_part
 
 FLOW = """
 from flowdata import Parallel
@@ -33,13 +34,52 @@ def test_adapters_follow_the_contract(build: Callable[..., fd.Driver]) -> None:
     assert isinstance(listed, IndexSource) and isinstance(streamed, IterableSource)
     assert isinstance(listed, Source) and isinstance(streamed, Source)
     assert streamed.index() is None and listed.index() is not None
-    assert list(listed.shard(1, 3)) == [(i, f"s{i}") for i in range(1, 10, 3)]
-    assert list(as_source(node, _items(10)).shard(2, 4)) == [(2, "s2"), (6, "s6")]
+    assert listed.shards() is None and streamed.shards() is None  # neither is a stream in shards
+    assert list(listed.keyed()) == [(i, f"s{i}") for i in range(10)]
+    assert list(as_source(node, _items(10)).keyed()) == [(i, f"s{i}") for i in range(10)]
     assert listed.fingerprint() == as_source(node, _items(10)).fingerprint()
     arrow = indexed(streamed, None)
-    assert arrow.index().take([9, 0, 4]) == ["s9", "s0", "s4"] and list(arrow.shard(0, 5)) == [(0, "s0"), (5, "s5")]
+    index = arrow.index()
+    assert index.take([9, 0, 4]) == ["s9", "s0", "s4"]
+    assert list(index_part(index, 3, 6)) == [(3, "s3"), (4, "s4"), (5, "s5")]
+    assert list(index_part(index, 0, 10, batch=4)) == list(arrow.keyed())  # a rank's part, read by batches
     with pytest.raises(fd.FlowdataError, match=r"source 'item' was already read: it is an iterator"):
         streamed.open()
+
+
+class _Stream:
+    """A stream in shards: ``num_shards`` and ``shard(num_shards, index)``, 3 rows each."""
+
+    num_shards = 2
+
+    def shard(self, num_shards: int, index: int) -> list[str]:
+        return [f"r{index}-{row}" for row in range(3)]
+
+
+def test_a_stream_in_shards_numbers_its_own_samples_and_gives_its_shards(build: Callable[..., fd.Driver]) -> None:
+    from flowdata.run.sources.sharded import SHARD_STRIDE
+
+    source = as_source(build(FLOW).nodes["item"], _Stream())
+    assert isinstance(source, Source) and source.index() is None
+    shards = source.shards()
+    assert shards is not None and shards.num_shards == 2 and isinstance(shards.data, _Stream)
+    assert list(source.keyed()) == [(s * SHARD_STRIDE + r, f"r{s}-{r}") for s in range(2) for r in range(3)]
+    assert list(source.open()) == [item for _, item in source.keyed()]
+
+
+def test_closing_keyed_closes_the_source(build: Callable[..., fd.Driver]) -> None:
+    closed: list[bool] = []
+
+    def items() -> Iterator[str]:
+        try:
+            yield from (f"s{i}" for i in range(10))
+        finally:
+            closed.append(True)
+
+    pairs = as_source(build(FLOW).nodes["item"], items()).keyed()
+    assert next(pairs) == (0, "s0")
+    pairs.close()  # type: ignore[attr-defined]
+    assert closed == [True]
 
 
 def test_open_is_guarded(build: Callable[..., fd.Driver]) -> None:
