@@ -31,8 +31,8 @@ from flowdata.vectorize import vectorized
 
 if TYPE_CHECKING:
     from flowdata.loader import DataLoader
-    from flowdata.run.executors import Executor, InlineExecutor, ProcessExecutor
-    from flowdata.run.executors.ray import RayExecutor
+    from flowdata.run import Executor, InlineExecutor, ProcessExecutor
+    from flowdata.run import RayExecutor
 
 __all__ = [
     "Batch",
@@ -74,11 +74,11 @@ def __getattr__(name: str) -> object:
 
         return DataLoader
     if name in ("Executor", "InlineExecutor", "ProcessExecutor"):
-        from flowdata.run import executors
+        import flowdata.run
 
-        return getattr(executors, name)
+        return getattr(flowdata.run, name)
     if name == "RayExecutor":  # Ray itself is imported on first use of the executor
-        from flowdata.run.executors.ray import RayExecutor
+        from flowdata.run import RayExecutor
 
         return RayExecutor
     raise AttributeError(f"module 'flowdata' has no attribute {name!r}")

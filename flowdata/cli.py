@@ -129,7 +129,7 @@ def _outputs(text: str) -> list[str]:
 
 
 def _parser() -> argparse.ArgumentParser:
-    from flowdata.run.caching.installed import package_version
+    from flowdata.run import package_version
 
     __version__ = package_version("flowdata")
     parser = argparse.ArgumentParser(prog="flowdata", description="Typed dataflows for ML data pipelines.")
@@ -258,7 +258,7 @@ def _executor(name: str) -> Any:
     joins the cluster at ADDRESS (closed by :func:`_run`)."""
     if not name.startswith("ray:"):
         return name
-    from flowdata.run.executors.ray import RayExecutor
+    from flowdata.run import RayExecutor
 
     return RayExecutor(address=name[4:])
 

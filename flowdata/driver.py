@@ -31,7 +31,7 @@ if TYPE_CHECKING:
     import torch
 
     from flowdata.loader import DataLoader, LaneDataset, PassDataset, StreamDataset
-    from flowdata.run.caching.samplecache import SampleCache
+    from flowdata.run import SampleCache
 
 __all__ = ["Builder", "Call", "Driver", "InputLikeNodeWarning", "UnreadInputWarning"]
 
@@ -302,9 +302,7 @@ class Driver:
             TooManySkipped: more samples skipped than ``max_skipped``.
             WorkerDied: a worker process of the executor died.
         """
-        from flowdata.run import scheduler
-        from flowdata.run.deadline import check_timeout
-        from flowdata.run.recorder import on_error_mode
+        from flowdata.run import check_timeout, execute, on_error_mode
 
         mode = on_error_mode(on_error)
         seconds = check_timeout(timeout)
@@ -318,7 +316,7 @@ class Driver:
         if report is None:
             report = Report()
         report.max_skipped = max_skipped
-        return scheduler.execute(
+        return execute(
             self.graph, self.analysis, self.program, call.plan, dict(call.values), executor=executor, chunk_size=chunk_size,
             cache_dir=os.fspath(cache_dir) if cache_dir is not None else None, on_error=mode, report=report,
             timeout=seconds, samples=samples, batch_size=batch_size,
@@ -327,7 +325,7 @@ class Driver:
     def _sample_cache(self, cache: Iterable[str] | None, cache_dir: str | os.PathLike[str] | None,
                       max_bytes: int | None) -> SampleCache | None:
         """``cache=`` checked against the graph (None when no node is named)."""
-        from flowdata.run.caching.samplecache import SampleCache
+        from flowdata.run import SampleCache
 
         # Checked here, where every call (execute, dataset, dataloader, run_sample) passes it.
         if cache_dir is not None and not isinstance(cache_dir, (str, os.PathLike)):
@@ -455,7 +453,7 @@ class Driver:
         """
         from flowdata.loader.build import build_loader
         from flowdata.loader.options import LoaderOptions
-        from flowdata.run.deadline import check_timeout
+        from flowdata.run import check_timeout
 
         rank, world_size = _ranks(rank, world_size)
         options = LoaderOptions(
@@ -574,12 +572,11 @@ class Driver:
                 )
                 + "\n  fix: use execute() for once and Collect nodes"
             )
-        from flowdata.run import scheduler
+        from flowdata.run import FROM_SOURCE, run_sample
 
         samples = self._sample_cache(cache, cache_dir, None)
-        return scheduler.run_sample(self.graph, self.analysis, self.program, plan, values,
-                                    self.analysis.group_of[outputs[0]], index,
-                                    scheduler.FROM_SOURCE if item is _MISSING else item, samples)
+        return run_sample(self.graph, self.analysis, self.program, plan, values, self.analysis.group_of[outputs[0]],
+                          index, FROM_SOURCE if item is _MISSING else item, samples)
 
 
 def _ranks(rank: int | None, world_size: int | None) -> tuple[int, int]:

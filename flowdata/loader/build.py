@@ -32,14 +32,10 @@ from typing import TYPE_CHECKING, Any
 from flowdata.errors import InputError
 from flowdata.node import Role
 from flowdata.report import Report
-from flowdata.run.batches import BatchStep
-from flowdata.run.deadline import Watch
-from flowdata.run.kernel import PassSpec
-from flowdata.run.recorder import Recorder, on_error_mode
-from flowdata.run.scheduler import Run
-from flowdata.run.sources.contract import Shards
-from flowdata.run.distributed.ranks import ItemsPrint, block_reprs, items_print, ranks_of
-from flowdata.run.sources.adapters import IndexSource, indexed
+from flowdata.run import (
+    BatchStep, IndexSource, ItemsPrint, PassSpec, Recorder, Run, Shards, Watch, block_reprs, indexed, items_print,
+    on_error_mode, ranks_of,
+)
 from flowdata.loader.datasets import PassDataset, StreamDataset
 from flowdata.loader.lanes import LaneDataset
 from flowdata.loader.evening import Evening
@@ -57,7 +53,7 @@ _log = logging.getLogger("flowdata")
 
 def _refuse_split_by_node(source: str, opened: object, options: LoaderOptions) -> None:
     """A stream already split by node would be split between ranks twice: refused."""
-    from flowdata.run.sources.huggingface import refuse_split_by_node
+    from flowdata.run import refuse_split_by_node
 
     refuse_split_by_node(source, opened, options.world_size)
 

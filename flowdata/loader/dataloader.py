@@ -32,11 +32,7 @@ from flowdata.loader.order import EpochBatches, EpochSampler
 from flowdata.loader.position import Position
 from flowdata.loader.wire import Batch
 from flowdata.report import Report
-from flowdata.run.batches import BatchStep
-from flowdata.run.deadline import Stuck, Watch
-from flowdata.run.kernel import failure_of
-from flowdata.run.executors import sigint_deferred
-from flowdata.run.recorder import Recorder, failure_error
+from flowdata.run import BatchStep, Recorder, Stuck, Watch, failure_error, failure_of, sigint_deferred
 from flowdata.sample import sample_seed
 
 __all__ = ["DataLoader", "progress_bar"]

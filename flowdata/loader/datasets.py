@@ -37,10 +37,7 @@ from torch.utils.data import Dataset, IterableDataset, get_worker_info
 from flowdata.discover import Program
 from flowdata.errors import FlowdataError, NodeError, describe, user_traceback
 from flowdata.node import Node
-from flowdata.run.kernel import ChunkResult, Failure, PassSpec
-from flowdata.run.recorder import failure_error
-from flowdata.run.sources.adapters import ItemIndex, call_source
-from flowdata.run.executors.worker import PassContext, Task
+from flowdata.run import ChunkResult, Failure, ItemIndex, PassContext, PassSpec, Task, call_source, failure_error
 from flowdata.loader.order import EpochOrder, stream_batches
 from flowdata.loader.position import Position, count
 from flowdata.loader.wire import Batch, CollateError, collate
@@ -140,7 +137,7 @@ class PassWork:
     def _rows(self, result: ChunkResult) -> list[dict[str, Any]]:
         """One dict of outputs per sample; a failing or skipped sample raises ``SampleError``."""
         if result.notes:  # no loader around it (dataset() under a plain DataLoader): said here
-            from flowdata.run.caching.passcache import say
+            from flowdata.run import say
 
             say(result.notes)
         failure = result.failure or (result.skipped[0] if result.skipped else None)

@@ -43,7 +43,7 @@ from typing import Any
 
 from flowdata.errors import FlowdataError, RankError, describe
 from flowdata.loader.wire import Batch
-from flowdata.run.distributed.ranks import Ranks, exchange, step_group
+from flowdata.run import Ranks, exchange, step_group
 
 __all__ = ["Evening", "repeat_rows", "rows_of"]
 
@@ -161,7 +161,7 @@ class Evening:
 
     def _give(self, donor: int, batch: Batch | None) -> Batch:
         """The donor's batch, on every rank (one broadcast of its pickle)."""
-        from flowdata.run.distributed.ranks import FAILED, OK
+        from flowdata.run import FAILED, OK
 
         status, message = OK, b""
         if batch is not None:

@@ -47,8 +47,7 @@ from flowdata.loader.datasets import StreamWork
 from flowdata.loader.order import EpochOrder, _shuffled, cut_batches
 from flowdata.loader.position import count
 from flowdata.loader.wire import Batch
-from flowdata.run.kernel import PassSpec
-from flowdata.run.sources.sharded import ShardedSource
+from flowdata.run import PassSpec, ShardedSource
 from flowdata.sample import sample_seed
 
 __all__ = ["Lane", "LaneDataset", "Slice", "lane_batches", "layout", "resumed", "saved_lanes"]

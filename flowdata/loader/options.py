@@ -16,9 +16,7 @@ from typing import Any
 from flowdata.errors import check_rank, expect_int
 from flowdata.loader.order import EpochOrder
 from flowdata.report import check_max_skipped
-from flowdata.run.caching.samplecache import SampleCache
-from flowdata.run.executors import Executor, InlineExecutor, ProcessExecutor, resolve_executor
-from flowdata.run.recorder import on_error_mode
+from flowdata.run import Executor, InlineExecutor, ProcessExecutor, SampleCache, on_error_mode, resolve_executor
 
 __all__ = ["LoaderOptions", "check", "statistics_executor"]
 

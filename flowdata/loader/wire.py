@@ -14,7 +14,7 @@ import torch
 from torch.utils.data._utils.collate import default_collate
 
 from flowdata.errors import FlowdataError
-from flowdata.run.kernel import ChunkResult, Failure
+from flowdata.run import ChunkResult, Failure
 
 __all__ = ["INLINE_BYTES", "Batch", "CollateError", "collate"]
 

@@ -225,3 +225,33 @@ def test_the_engine_section_lists_every_module_of_the_run_side() -> None:
     present = {str(p.relative_to(ROOT / "flowdata")) for p in (ROOT / "flowdata" / "run").rglob("*.py")}
     assert listed == present, (f"docs/concepts.md's engine table misses {sorted(present - listed)} and lists "
                                f"{sorted(listed - present)}, which do not exist")
+
+
+def test_outside_the_run_side_only_its_door_is_imported() -> None:
+    """``flowdata.run`` is entered by its door (``from flowdata.run import Run``): no module
+    outside ``flowdata/run/`` imports a module inside it, so its rooms can change behind it."""
+    wrong = []
+    for name, path in _modules("flowdata").items():
+        if name == "flowdata.run" or name.startswith("flowdata.run."):
+            continue
+        for module, names, line in _imports(path):
+            if module.startswith("flowdata.run.") or (module == "flowdata.run" and not names and name != "flowdata"):
+                wrong.append(f"{path.relative_to(ROOT)}:{line}: {module} {names}")
+    assert not wrong, "modules reaching past flowdata.run's door (import the name from flowdata.run):\n" + \
+        "\n".join(wrong)
+
+
+def test_every_name_of_the_run_door_is_there_and_listed() -> None:
+    import importlib
+
+    import flowdata.run as run
+
+    door = [n for n in run.__all__ if n != "scratch"]
+    assert sorted(door) == sorted(run._DOOR)
+    for name in door:
+        value = getattr(run, name)
+        home = importlib.import_module(run._DOOR[name])
+        assert value is getattr(home, name), name
+    assert run.scratch is importlib.import_module("flowdata.run.scratch")
+    with pytest.raises(AttributeError, match=r"module 'flowdata.run' has no attribute 'Engine'"):
+        run.Engine  # noqa: B018 -- the engine stays behind the door
