@@ -33,6 +33,7 @@ from flowdata.reduce import reduce_spec
 from flowdata.typecheck import collection_element
 from flowdata.types import MarkerKind, read_marker, type_name
 from flowdata.usage import streamable
+from flowdata.columns import form_of
 from flowdata.vectorize import is_vectorized
 
 __all__ = ["Program", "discover", "function_location", "import_file", "load_program", "program_of"]
@@ -312,7 +313,12 @@ def _to_node(hn: Any, fn: Callable[..., Any]) -> tuple[Node, list[GraphProblem]]
     if batch:
         kind = None
     vectorized = is_vectorized(origin)
-    if vectorized and kind is None and not batch and not _batched_array(item_type):
+    returned = form_of(item_type) if vectorized else ""
+    if returned in ("record_batch", "table"):
+        item_type = dict[str, Any]  # a row of the returned record batch or table
+    elif returned in ("arrow_array", "chunked_array"):
+        item_type = Any  # an Arrow array's values, as Python values
+    elif vectorized and kind is None and not batch and not returned:
         element = collection_element(item_type)
         if element is None:
             problems.append(_vectorized_return(hn.name, f"{file}:{line}", item_type))
@@ -338,6 +344,7 @@ def _to_node(hn: Any, fn: Callable[..., Any]) -> tuple[Node, list[GraphProblem]]
                 as_list=pkind == "collect" and (_is_hamilton_collect(ptype) or not streamable(
                     called, pname, source=kind is not None)),
                 batch=pkind == "batch",
+                form=form_of(inner) if vectorized and pkind is None else "",
             )
         )
     callable_ = hn.callable
@@ -362,13 +369,6 @@ def _to_node(hn: Any, fn: Callable[..., Any]) -> tuple[Node, list[GraphProblem]]
     return node, problems
 
 
-def _batched_array(tp: Any) -> bool:
-    """Whether ``tp`` is a tensor or array type: a @vectorized node declaring it returns one
-    whose rows (first dimension) are the samples' values, of that same type."""
-    return (getattr(tp, "__module__", ""), getattr(tp, "__qualname__", "")) in (
-        ("torch", "Tensor"), ("numpy", "ndarray"))
-
-
 def _vectorized_return(node: str, location: str, declared: Any) -> GraphProblem:
     return GraphProblem(
         code="FD008",
@@ -377,7 +377,8 @@ def _vectorized_return(node: str, location: str, declared: Any) -> GraphProblem:
                  f"but its return is declared as {type_name(declared)}"),
         node=node,
         locations=(location,),
-        expected="a list or Sequence of the per-sample type (e.g. '-> list[int]'), or a tensor or array",
+        expected=("a list or Sequence of the per-sample type (e.g. '-> list[int]'), a tensor or array, "
+                  "or an Arrow record batch, table or array"),
         actual=f"-> {type_name(declared)}",
         fix=f"declare '-> list[{type_name(declared)}]' (the values of the chunk's samples, in order)",
     )

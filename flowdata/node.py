@@ -65,6 +65,10 @@ class Param:
             own ``Collect``, or a function that does not consume the parameter once, on the
             spot (:mod:`flowdata.usage`, decided when the graph is built); else a stream.
         batch: Whether the parameter is ``Batch[...]`` (it receives a collated batch).
+        form: For a parameter of a ``@vectorized`` node: how it receives a chunk's
+            per-sample values -- ``""`` a list, else the columnar form its annotation asks
+            for (``"tensor"``, ``"ndarray"``, ``"record_batch"``, ``"table"``,
+            ``"arrow_array"``, ``"chunked_array"``; :mod:`flowdata.columns`).
     """
 
     name: str
@@ -74,6 +78,7 @@ class Param:
     positional: bool = True
     as_list: bool = False
     batch: bool = False
+    form: str = ""
 
     @property
     def optional(self) -> bool:

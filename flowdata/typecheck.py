@@ -133,6 +133,8 @@ def _tuple_fits(p_origin: Any, p_args: tuple[Any, ...], e_args: tuple[Any, ...])
 def _vectorized_param(name: str, node: Node, p: Param, producer: Node) -> list[GraphProblem]:
     """FD103 for a per-sample parameter of a ``@vectorized`` node that is not a collection
     of what its producer gives (it receives one value per sample of the chunk)."""
+    if p.form:
+        return _columnar_param(name, node, p, producer)
     element = collection_element(p.type)
     if element is not None and compatible(producer.type, element):
         return []
@@ -147,6 +149,34 @@ def _vectorized_param(name: str, node: Node, p: Param, producer: Node) -> list[G
         expected=f"{p.name}: Sequence[{produced}]",
         actual=f"{p.name}: {type_name(p.type)}",
         fix=f"annotate the parameter as '{p.name}: Sequence[{produced}]' (or list[{produced}])",
+    )]
+
+
+def _columnar_param(name: str, node: Node, p: Param, producer: Node) -> list[GraphProblem]:
+    """FD103 for a columnar parameter (:mod:`flowdata.columns`) its producer's values cannot
+    fill: stacked values must be tensors, arrays or numbers; rows of a record batch or
+    table must be dicts; an Arrow array takes any values."""
+    produced = producer.type
+    if p.form in ("tensor", "ndarray"):
+        fits = compatible(produced, p.type) or produced in (int, float, bool) or produced is Any
+        wanted = f"{type_name(p.type)} (or numbers)"
+    elif p.form in ("record_batch", "table"):
+        fits = produced is Any or compatible(produced, dict[str, Any])
+        wanted = "dict[str, Any] (rows)"
+    else:
+        return []
+    if fits:
+        return []
+    return [GraphProblem(
+        code="FD103",
+        title="vectorized-parameter",
+        message=(f"'{name}' is @vectorized, so '{p.name}: {type_name(p.type)}' receives the chunk's values as one "
+                 f"column, made of {wanted}, but '{p.name}' gives one {type_name(produced)} per sample"),
+        node=name,
+        locations=(node.location, producer.location),
+        expected=f"{p.name}: Sequence[{type_name(produced)}]",
+        actual=f"{p.name}: {type_name(p.type)}",
+        fix=f"annotate the parameter as '{p.name}: Sequence[{type_name(produced)}]' (a list of the values)",
     )]
 
 

@@ -37,7 +37,8 @@ from torch.utils.data import Dataset, IterableDataset, get_worker_info
 from flowdata.discover import Program
 from flowdata.errors import FlowdataError, NodeError, describe, user_traceback
 from flowdata.node import Node
-from flowdata.run import ChunkResult, Failure, ItemIndex, PassContext, PassSpec, Task, call_source, failure_error
+from flowdata.run import (ChunkResult, Failure, ItemIndex, PassContext, PassSpec, Task, call_source, failure_error,
+                          guarded_take)
 from flowdata.loader.order import EpochOrder, stream_batches
 from flowdata.loader.position import Position, count
 from flowdata.loader.wire import Batch, CollateError, collate
@@ -97,13 +98,13 @@ class PassWork:
         """The nodes, rebuilt from the program once per worker process."""
         return self.context.nodes
 
-    def columns(self, indices: list[int], items: list[Any], epoch: int) -> ChunkResult:
+    def columns(self, indices: list[int], items: Sequence[Any], epoch: int) -> ChunkResult:
         """The pass over samples, uncollated."""
         info = get_worker_info()
         worker = "main" if info is None else f"{info.id} (pid {os.getpid()})"
         return self.context.compute(Task.of(indices, items), worker, epoch=epoch)
 
-    def batch(self, indices: list[int], items: list[Any], epoch: int) -> Batch:
+    def batch(self, indices: list[int], items: Sequence[Any], epoch: int) -> Batch:
         """The pass over one batch of samples, collated (the loader's path).
 
         ``indices`` may say how many of its last samples repeat one to even out the ranks
@@ -199,22 +200,9 @@ class PassDataset(PassWork, Dataset[dict[str, Any]]):
     def __len__(self) -> int:
         return len(self.index)
 
-    def _take(self, indices: list[int]) -> list[Any]:
+    def _take(self, indices: list[int]) -> Sequence[Any]:
         """The items of ``indices``; an index that raises is the source's ``NodeError``."""
-        try:
-            return self.index.take(indices)
-        except Exception:
-            pass
-        items = []
-        for i in indices:  # find the sample, as a source that raised while producing it
-            try:
-                items.extend(self.index.take([i]))
-            except Exception as exc:
-                source = self.nodes[self.spec.group]
-                raise NodeError(
-                    source.name, source.location, f"{describe(exc)} (while producing sample {i})"
-                ) from exc.with_traceback(user_traceback(exc.__traceback__))
-        return items
+        return guarded_take(self.index, indices, self.nodes[self.spec.group])
 
     def __getitem__(self, i: int) -> dict[str, Any]:
         """One sample's outputs (epoch 0), as the nodes returned them (not collated)."""

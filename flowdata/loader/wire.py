@@ -13,6 +13,7 @@ from typing import Any
 import torch
 from torch.utils.data._utils.collate import default_collate
 
+from flowdata.columns import Column, Stacked
 from flowdata.errors import FlowdataError
 from flowdata.run import ChunkResult, Failure
 
@@ -129,9 +130,17 @@ def _rebuild_batch(data: Any, *rest: Any) -> Batch:
     return Batch(_from_wire(data), *rest)
 
 
-def collate_column(column: list[Any]) -> Any:
+def collate_column(column: Sequence[Any]) -> Any:
     """A column collated; a small tensor batch is stacked in ordinary memory (in a worker,
-    default_collate allocates shared memory, which pays off only for big batches)."""
+    default_collate allocates shared memory, which pays off only for big batches). Values a
+    ``@vectorized`` node returned as one tensor or array are that batch already (the same
+    values, dtype and shape as stacking their rows)."""
+    if isinstance(column, Column):
+        if isinstance(column, Stacked):
+            data = column.data
+            return data.contiguous() if isinstance(data, torch.Tensor) else torch.as_tensor(data)
+        column = column.rows()
+    column = column if isinstance(column, list) else list(column)
     first = column[0]
     if type(first) is torch.Tensor and first.nbytes * len(column) <= INLINE_BYTES:
         try:
@@ -142,12 +151,14 @@ def collate_column(column: list[Any]) -> Any:
 
 
 def collate(
-    outputs: Sequence[str], collate_fn: Callable[[list[dict[str, Any]]], Any] | None, columns: Mapping[str, list[Any]], n: int
+    outputs: Sequence[str], collate_fn: Callable[[list[dict[str, Any]]], Any] | None, columns: Mapping[str, Sequence[Any]],
+    n: int
 ) -> Any:
     """The batch of a computed chunk: a dict of collated columns, or what ``collate_fn`` makes
     of the rows. Raises ``CollateError`` naming the output that could not be collated."""
     if collate_fn is not None:
-        rows = [{k: columns[k][i] for k in outputs} for i in range(n)]
+        cols = {k: c.rows() if isinstance(c, Column) else c for k, c in ((k, columns[k]) for k in outputs)}
+        rows = [{k: cols[k][i] for k in outputs} for i in range(n)]
         try:
             return collate_fn(rows)
         except Exception as exc:

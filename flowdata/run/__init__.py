@@ -54,7 +54,7 @@ if TYPE_CHECKING:
     from flowdata.run.caching.samplecache import SampleCache
     from flowdata.run.caching.installed import package_version
     from flowdata.run.caching.passcache import say
-    from flowdata.run.sources.contract import ItemIndex, Shards
+    from flowdata.run.sources.contract import ItemIndex, Shards, guarded_take
     from flowdata.run.sources.adapters import IndexSource, call_source, indexed
     from flowdata.run.sources.sharded import ShardedSource
     from flowdata.run.sources.huggingface import refuse_split_by_node
@@ -92,6 +92,7 @@ __all__ = [
     "execute",
     "failure_error",
     "failure_of",
+    "guarded_take",
     "indexed",
     "items_print",
     "on_error_mode",
@@ -143,6 +144,7 @@ _DOOR: dict[str, str] = {
     "say": "flowdata.run.caching.passcache",
     "ItemIndex": "flowdata.run.sources.contract",
     "Shards": "flowdata.run.sources.contract",
+    "guarded_take": "flowdata.run.sources.contract",
     "IndexSource": "flowdata.run.sources.adapters",
     "call_source": "flowdata.run.sources.adapters",
     "indexed": "flowdata.run.sources.adapters",

@@ -12,13 +12,13 @@ chunk boundaries are aligned to blocks once chunks are a block long.
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from itertools import islice
 from typing import Any
 
 from flowdata.reduce import BLOCK
 
-__all__ = ["MAX_CHUNK", "ChunkSizer", "approx_bytes", "chunked", "chunked_keyed"]
+__all__ = ["MAX_CHUNK", "ChunkSizer", "approx_bytes", "chunked", "chunked_index", "chunked_keyed"]
 
 MAX_CHUNK = 4096
 _TARGET_SECONDS, TARGET_BYTES = 0.02, 8 << 20
@@ -45,6 +45,20 @@ def chunked(
         else:
             yield (start, stop), list(range(start, stop)), chunk
         start = stop
+
+
+def chunked_index(
+    take: Callable[[list[int]], Sequence[Any]], start: int, stop: int, size: Callable[[int], int],
+    exclude: frozenset[int] = frozenset(),
+) -> Iterator[tuple[tuple[int, int], list[int], Sequence[Any]]]:
+    """:func:`chunked` for the samples ``start..stop - 1`` of an index: each chunk's items
+    read at once by ``take`` (a table's rows come as one record batch, never a dict per row)."""
+    lo = start
+    while lo < stop:
+        hi = min(stop, lo + size(lo))
+        indices = [i for i in range(lo, hi) if i not in exclude] if exclude else list(range(lo, hi))
+        yield (lo, hi), indices, take(indices) if indices else []
+        lo = hi
 
 
 def chunked_keyed(

@@ -18,6 +18,7 @@ calling thread; with several, in whichever consumer's thread asks for the next s
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections import deque
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
@@ -33,7 +34,7 @@ from flowdata.run.executors.worker import Chunks, PassContext, ShardRead, ShardT
 from flowdata.run.kernel import ChunkResult, Failure, PassSpec, failure_of
 from flowdata.run.recorder import Recorder
 from flowdata.run.sequential import SequentialStream
-from flowdata.run.sources.contract import Source, index_part
+from flowdata.run.sources.contract import Source, guarded_take
 
 __all__ = ["Engine"]
 
@@ -102,10 +103,14 @@ class Engine:
         """
         spec = self._prepared(spec, whole)
         group = spec.group
-        if part is not None:
-            index = source.index()
-            assert index is not None, "ranks share the passes of an indexed source only"
-            return self._parallel(spec, whole, self._chunks(spec, index_part(index, *part), keyed=True))
+        index = source.index()
+        if index is not None:  # each chunk's items read at once (a table's rows as one record batch)
+            node = self.nodes[group]
+            start, stop = part if part is not None else (0, len(index))
+            return self._parallel(spec, whole, Chunks.over(
+                functools.partial(guarded_take, index, source=node), start, stop,
+                exclude=self.recorder.skipped(group), chunk_size=self.chunk_size, align=bool(spec.folds)))
+        assert part is None, "ranks share the passes of an indexed source only"
         shards = source.shards()
         if shards is not None:  # its own sample indices; its shards read in parallel
             workers = getattr(self.executor, "num_workers", 1)

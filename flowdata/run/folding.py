@@ -26,6 +26,7 @@ import weakref
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
+from flowdata.columns import Column, Stacked
 from flowdata.errors import FlowdataError
 from flowdata.reduce import BLOCK, fold_values
 from flowdata.run import scratch
@@ -126,6 +127,13 @@ class UnitCutter:
         self._indices.append(index)
         self._bytes += nbytes
 
+    def add_run(self, values: Sequence[Any], indices: Sequence[int]) -> None:
+        """Takes the next values of the block as one unit (a slice of a column whose unit
+        boundaries :func:`fold_block` worked out from the values alone)."""
+        self._flush()
+        self._pending, self._indices = values, list(indices)  # type: ignore[assignment]
+        self._flush()
+
     def add_unit(self, reducer: Any) -> None:
         """Takes the next unit, already folded (one large value)."""
         self._flush()
@@ -148,6 +156,7 @@ class UnitCutter:
                 if self._on_bad is None:
                     raise ValueFoldError(self._block, self._indices[pos]) from cause
                 self._on_bad(self._indices[pos], cause)
+                self._pending = list(self._pending)  # a column's run: its values one by one now
                 del self._pending[pos], self._indices[pos]
                 continue
             self._pending, self._indices, self._bytes = [], [], 0
@@ -160,16 +169,40 @@ class UnitCutter:
             self.state.merge(reducer)
 
 
-def fold_block(spec: Any, values: Iterable[Any], indices: Iterable[int], block: int) -> Any:
+def fold_block(spec: Any, values: Sequence[Any], indices: Sequence[int], block: int) -> Any:
     """The reducer of one block's values (None when there are none); ``indices`` are theirs.
 
     Raises:
         ValueFoldError: a value the reducer cannot fold, by its sample index.
     """
     cutter = UnitCutter(spec, block)
+    step = _column_step(spec, values)
+    if step is not None:  # a column: its units cut without a look at each value
+        for a in range(0, len(values), step):
+            cutter.add_run(values[a : a + step], indices[a : a + step])
+        return cutter.finish()
     for v, i in zip(values, indices, strict=True):
         cutter.add_value(v, approx_bytes(v), i)
     return cutter.finish()
+
+
+def _column_step(spec: Any, values: Sequence[Any]) -> int | None:
+    """How many values of a column make one unit, or None for values to cut one by one.
+
+    Units are cut by the values alone (:class:`UnitCutter`), so a column must be cut as its
+    values would be: the rows of a stacked tensor or array all have the same size, so a unit
+    is ``FOLD_BYTES // size`` of them (or one, for a row that alone reaches it); a reducer
+    whose merge is exact (``exact = True``) gives the same result however its values are
+    grouped, so any column is one unit for it.
+    """
+    if not isinstance(values, Column) or not len(values):
+        return None
+    if getattr(spec.reducer.cls, "exact", False):
+        return len(values)
+    if isinstance(values, Stacked):
+        size = approx_bytes(values[0])
+        return max(1, FOLD_BYTES // size) if 0 < size < FOLD_BYTES else 1
+    return None
 
 
 def pieces_of(spec: Any, span: tuple[int, int], indices: Sequence[int], values: Sequence[Any]) -> list[Piece]:

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from itertools import repeat
 from typing import Any
 
+from flowdata.columns import Stacked, StackError, as_column, as_form, take
 from flowdata.errors import describe, short_repr, user_traceback
 from flowdata.node import Node
 from flowdata.reduce import BLOCK, ReduceSpec
@@ -240,7 +241,7 @@ def _compute_all(
         pos = list(indices).index(result.failure.index)
         skipped.append(result.failure)
         indices = [*indices[:pos], *indices[pos + 1 :]]
-        items = [*items[:pos], *items[pos + 1 :]]
+        items = take(items, [q for q in range(len(items)) if q != pos])  # a table's rows stay a record batch
     return result, skipped
 
 
@@ -273,26 +274,28 @@ def _compute(
                 cols["sample_rng"] = [make_rng(spec.seed, spec.epoch, i) for i in indices]
             if p.name in cols:
                 col = cols[p.name]
-                args.append(col if at is None else [col[q] for q in at])
+                args.append(col if at is None else take(col, at))
             elif p.name in whole:
                 args.append(repeat(whole[p.name], m))
             else:
                 args.append(repeat(p.default, m))
-        out: list[Any] = []
+        out: Sequence[Any] = []
         t = time.perf_counter()
         try:
             if m == 0:
                 pass
             elif node.vectorized:
-                _vectorized(node, fn, args, m, out, whole_call=bounded is None)
+                out = _vectorized(node, fn, args, m, out, whole_call=bounded is None)  # type: ignore[arg-type]
             elif node.positional_call:
-                out.extend(map(fn, *args))
+                out.extend(map(fn, *args))  # type: ignore[attr-defined]
             else:
                 names = tuple(p.name for p in node.params)
-                out.extend(map(_call_kw, repeat(fn), repeat(names), zip(*args)))
+                out.extend(map(_call_kw, repeat(fn), repeat(names), zip(*args)))  # type: ignore[attr-defined]
         except (Exception, SystemExit, SampleTimeout) as exc:  # sys.exit() in a node is that node's failure
-            # list.extend keeps what it appended before the error: len(out) is the failing sample.
-            i = len(out) if at is None else at[len(out)]
+            # list.extend keeps what it appended before the error: len(out) is the failing sample
+            # (a column that cannot be stacked names its own).
+            k = exc.position if isinstance(exc, ColumnError) else len(out)
+            i = k if at is None else at[k]
             if cache is not None:  # the chunk is computed again, or fails: nothing of it is written
                 cache.drop()
             return ChunkResult(indices, {}, _failure(name, node.location, indices[i], items[i], exc), 0.0, worker)
@@ -330,26 +333,56 @@ def _compute(
 
 
 def _vectorized(node: Node, fn: Callable[..., Any], args: list[Any], n: int, out: list[Any],
-                whole_call: bool) -> None:
-    """Appends a ``@vectorized`` node's values for the chunk to ``out``: one call on the
-    chunk's lists; if it raises or returns another number of values, one call per sample, so
-    that an error is the failing sample's (``len(out)`` is its position when this raises).
-    Under ``timeout=`` (not ``whole_call``) every call is one sample's, bounded like any node's."""
+                whole_call: bool) -> Sequence[Any]:
+    """A ``@vectorized`` node's values for the chunk: one call on the chunk's values, each
+    per-sample parameter in its form (a list, or a column: :func:`flowdata.columns.as_form`);
+    a returned tensor, array or Arrow object stays one column. If the call raises, one call
+    per sample, appended to ``out``, so that an error is the failing sample's (``len(out)``
+    is its position when this raises). Under ``timeout=`` (not ``whole_call``) every call is
+    one sample's, bounded like any node's."""
     per_sample = [not isinstance(a, repeat) for a in args]
-    values: list[Any] = [list(a) if ps else next(a, None) for a, ps in zip(args, per_sample, strict=True)]
+    values: list[Any] = [a if ps else next(a, None) for a, ps in zip(args, per_sample, strict=True)]
     if whole_call and n > 1:
         try:
-            got = _call_on(node, fn, values)
+            # A conversion that fails (a column of mixed types to a record batch, say) is
+            # found again below, on the sample whose value cannot be converted.
+            formed = [_formed(node, p, v) if ps else v for p, v, ps in zip(node.params, values, per_sample, strict=True)]
+            got = _call_on(node, fn, formed)
+        except ColumnError:
+            raise
         except (Exception, SystemExit, SampleTimeout):
             got = _RAISED  # found again below, on the sample that fails
         if got is not _RAISED:
             # Not one value per sample is the function's fault, whatever the samples: an error
             # (on the chunk's first sample, len(out) == 0), never a silent rerun per sample.
-            out.extend(vector_values(node, got, n))
-            return
+            return vector_values(node, got, n)
     for i in range(n):
-        one = [[v[i]] if ps else v for v, ps in zip(values, per_sample, strict=True)]
+        one = [_formed(node, p, take(v, (i,))) if ps else v
+               for p, v, ps in zip(node.params, values, per_sample, strict=True)]
         out.append(vector_values(node, _call_on(node, fn, one), 1)[0])
+    return out
+
+
+class ColumnError(TypeError):
+    """A columnar parameter's values that cannot be stacked (their shapes differ): a fault
+    of the graph, not of a sample (raised under ``on_error="skip"`` too), named at the first
+    value whose shape differs (``position`` in the chunk)."""
+
+    def __init__(self, message: str, position: int):
+        super().__init__(message)
+        self.position = position
+
+
+def _formed(node: Node, p: Any, values: Sequence[Any]) -> Any:
+    """A per-sample parameter's values in its form; values that cannot be stacked a
+    :class:`ColumnError` naming the node and the parameter."""
+    try:
+        return as_form(values, p.form)
+    except StackError as err:
+        raise ColumnError(
+            f"'{node.name}' is @vectorized and takes '{p.name}' as {type_name(p.type)}, the chunk's values stacked, "
+            f"but {err}\n  fix: give '{p.name}' values of one shape (pad or crop them), or annotate the parameter "
+            f"as '{p.name}: Sequence[{type_name(p.type)}]' (a list of the values)", err.position) from None
 
 
 def _call_on(node: Node, fn: Callable[..., Any], values: list[Any]) -> Any:
@@ -357,12 +390,16 @@ def _call_on(node: Node, fn: Callable[..., Any], values: list[Any]) -> Any:
 
 
 def vector_values(node: Node, got: Any, n: int) -> list[Any]:
-    """What a ``@vectorized`` node returned for ``n`` samples, as a list of ``n`` values
-    (a tensor or array splits along its first dimension); an error if it is not that."""
+    """What a ``@vectorized`` node returned for ``n`` samples, as a sequence of ``n`` values:
+    a tensor, an array or an Arrow object kept whole as a :class:`~flowdata.columns.Column`
+    (its rows are the values), a list as it is; an error if it is not one value per sample."""
     if isinstance(got, (str, bytes, dict)) or not hasattr(got, "__len__"):
         raise ReturnTypeError(f"@vectorized node '{node.name}' returned {type(got).__name__}, not a sequence with one "
                               "value per sample\n  fix: return a list with one value per sample of the lists it is "
                               "given, in order (or a tensor or array whose rows are those values)")
+    column = as_column(got)
+    if column is not None and len(column) == n:
+        return column  # type: ignore[return-value]
     if len(got) != n:
         raise ReturnTypeError(f"@vectorized node '{node.name}' returned {len(got)} value{'s' if len(got) != 1 else ''} "
                               f"for {n} "
@@ -410,7 +447,7 @@ def _failure(node: str, location: str, index: int, item: Any, exc: BaseException
         error=exc,
         traceback_text="".join(traceback.format_exception(type(exc), exc, exc.__traceback__)),
         reduction=reduction,
-        fatal=isinstance(exc, ReturnTypeError),
+        fatal=isinstance(exc, (ReturnTypeError, ColumnError)),
     )
 
 
@@ -449,6 +486,8 @@ def non_finite(
         if "nan" in fold.reducer.options or "nan" in fold.options:
             continue
         values = columns.get(fold.column, ())
+        if isinstance(values, Stacked) and _finite(values.data):
+            continue  # one check for the chunk's stacked values
         for pos, value in enumerate(values):
             if not _finite(value):
                 node = nodes[fold.column]

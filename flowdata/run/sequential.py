@@ -21,6 +21,7 @@ import time
 from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
 from typing import Any
 
+from flowdata.columns import as_form
 from flowdata.node import Node
 from flowdata.run.deadline import SampleTimeout, guarded_calls
 from flowdata.run.caching.samplecache import flush_queued
@@ -62,7 +63,8 @@ def compile_pass(
     node computed on each line of its body (line 2 is the first node), for naming the
     node that raised.
     """
-    env: dict[str, Any] = {"_pc": time.perf_counter, "_rng": make_rng, "_seed": spec.seed, "_epoch": spec.epoch}
+    env: dict[str, Any] = {"_pc": time.perf_counter, "_rng": make_rng, "_seed": spec.seed, "_epoch": spec.epoch,
+                           "_as_form": as_form}
     local = {spec.group: "item", "sample_index": "index"}
     lines: list[str] = []
     by_line: list[str] = []
@@ -86,7 +88,8 @@ def compile_pass(
                 ref = f"d{k}_{j}"
                 env[ref] = p.default
             if node.vectorized and ref in ("rng", *local.values()):
-                ref = f"[{ref}]"  # a list of this one sample's value
+                # a list of this one sample's value, or a column of one (flowdata.columns)
+                ref = f"_as_form([{ref}], {p.form!r})" if p.form else f"[{ref}]"
             args.append(ref if node.positional_call else f"{p.name}={ref}")
         if node.vectorized:
             env[f"f{k}"] = _first_of(node, env[f"f{k}"])

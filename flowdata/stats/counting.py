@@ -6,6 +6,7 @@ Each follows the reducer contract of :mod:`flowdata.reduce`: ``update``, ``merge
 
 from __future__ import annotations
 
+import itertools
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -91,6 +92,23 @@ class Vocabulary:
         else:
             raise StatsError(f"Vocabulary counts tokens (str or int) or iterables of them, got {type(value).__name__}")
 
+    def fold(self, values: Sequence[Any]) -> None:
+        """Counts a block of values: an Arrow column of tokens (or of lists of tokens, a
+        :class:`~flowdata.columns.ArrowValues`) in one ``pyarrow.compute.value_counts``; any
+        other values one by one, as :meth:`update` counts them."""
+        counted = _arrow_counts(values)
+        if counted is not None:
+            self.counts.update(counted)
+            return
+        kinds = {type(v) for v in values}
+        if kinds == {str}:  # one token each: counted in one call
+            self.counts.update(values)
+        elif kinds == {list}:  # lists of tokens (a document's words): every token in one call
+            self.counts.update(itertools.chain.from_iterable(values))
+        else:
+            for v in values:
+                self.update(v)
+
     def merge(self, other: Vocabulary) -> Vocabulary:
         """Adds another vocabulary's counts; returns self."""
         self.counts.update(other.counts)
@@ -123,6 +141,35 @@ class Vocabulary:
         v = cls(int(np.asarray(state["min_count"])), None if size < 0 else size)
         v.counts = Counter({t.item(): int(c) for t, c in zip(np.asarray(state["tokens"]), np.asarray(state["counts"]), strict=True)})
         return v
+
+
+def _arrow_counts(values: Sequence[Any]) -> dict[Any, int] | None:
+    """Token counts of an Arrow column of strings, integers or booleans (or lists of them),
+    without a Python object per value; None for other values, or a column with a missing
+    value (counted one by one, so that the missing one is named)."""
+    from flowdata.columns import ArrowValues
+
+    if not isinstance(values, ArrowValues):
+        return None
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    data = values.data
+    if data.null_count:
+        return None
+    kind = data.type
+    if pa.types.is_list(kind) or pa.types.is_large_list(kind):
+        data = pc.list_flatten(data)
+        kind = data.type
+        if data.null_count:
+            return None
+    if not (pa.types.is_string(kind) or pa.types.is_large_string(kind) or pa.types.is_integer(kind)
+            or pa.types.is_boolean(kind)):
+        return None
+    counted = pc.value_counts(data)
+    if isinstance(counted, pa.ChunkedArray):
+        counted = counted.combine_chunks()
+    return dict(zip(counted.field("values").to_pylist(), counted.field("counts").to_pylist(), strict=True))
 
 
 class Count:

@@ -14,14 +14,14 @@ import dataclasses
 import itertools
 import os
 import pickle
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from flowdata.discover import Program, load_program
 from flowdata.errors import describe
 from flowdata.node import Node
-from flowdata.run.chunking import MAX_CHUNK, ChunkSizer, chunked, chunked_keyed
+from flowdata.run.chunking import MAX_CHUNK, ChunkSizer, chunked, chunked_index, chunked_keyed
 from flowdata.run.kernel import ChunkResult, PassSpec, portable, run_chunk
 
 __all__ = ["Chunks", "PassContext", "ShardRead", "ShardTasks", "Task", "nodes_for", "run_shard", "run_task"]
@@ -197,8 +197,18 @@ class Chunks:
                  chunk_size: int | None = None, align: bool = False):
         self._sizer = ChunkSizer(chunk_size, MAX_CHUNK, align=align)
         self._items = items
-        self._cut = (chunked_keyed if keyed else chunked)(items, self._sizer.next_size, exclude)
+        self._cut: Iterator[tuple[tuple[int, int], list[int], Sequence[Any]]] = (
+            (chunked_keyed if keyed else chunked)(items, self._sizer.next_size, exclude))
         self.cut = 0  # tasks cut so far
+
+    @classmethod
+    def over(cls, take: Callable[[list[int]], Sequence[Any]], start: int, stop: int, *,
+             exclude: frozenset[int] = frozenset(), chunk_size: int | None = None, align: bool = False) -> Chunks:
+        """The chunks of the samples ``start..stop - 1`` of an index, each chunk's items read
+        at once by ``take`` (:func:`~flowdata.run.chunking.chunked_index`)."""
+        chunks = cls(iter(()), keyed=False, chunk_size=chunk_size, align=align)
+        chunks._cut = chunked_index(take, start, stop, chunks._sizer.next_size, exclude)
+        return chunks
 
     def __iter__(self) -> Iterator[Task]:
         return self

@@ -21,6 +21,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
+from flowdata.columns import ArrowRows
 from flowdata.errors import FlowdataError, NodeError, describe, user_traceback
 from flowdata.io import mapped_path, open_mapped
 from flowdata.node import Node
@@ -94,28 +95,33 @@ class TableIndex:
     def __len__(self) -> int:
         return len(self.table)
 
-    def take(self, indices: Sequence[int]) -> list[Any]:
-        """The rows at ``indices``, read at once."""
+    def take(self, indices: Sequence[int]) -> Sequence[Any]:
+        """The rows at ``indices``, read at once: an Arrow table's as one record batch (or
+        table) in a :class:`~flowdata.columns.ArrowRows` column, a dict per row made only
+        when something reads them one by one; a DataFrame's as a list of dicts."""
         if not len(indices):
             return []
         if not self._arrow:
             return self.table.iloc[list(indices)].to_dict("records")  # type: ignore[no-any-return]
         import numpy as np
+        import pyarrow as pa
 
         at = np.asarray(indices, dtype=np.int64)
         first = int(at[0])
         if int(at[-1]) - first == len(at) - 1 and (len(at) == 1 or bool((np.diff(at) == 1).all())):
-            return self.table.slice(first, len(at)).to_pylist()  # type: ignore[no-any-return]
+            return ArrowRows(self.table.slice(first, len(at)))
         batches, starts = self._by_batch()
         if len(batches) == 1:
-            return batches[0].take(at).to_pylist()  # type: ignore[no-any-return]
+            return ArrowRows(batches[0].take(at))
         which = np.searchsorted(starts, at, side="right") - 1
-        rows: list[Any] = [None] * len(at)
+        parts, order = [], []
         for b in np.unique(which).tolist():
             where = np.flatnonzero(which == b)
-            for pos, row in zip(where.tolist(), batches[b].take(at[where] - starts[b]).to_pylist(), strict=True):
-                rows[pos] = row
-        return rows
+            parts.append(batches[b].take(at[where] - starts[b]))
+            order.append(where)
+        # the rows of each batch, then put back in the order asked for
+        joined = pa.concat_batches(parts)
+        return ArrowRows(joined.take(np.argsort(np.concatenate(order), kind="stable")))
 
     def _by_batch(self) -> tuple[list[Any], Any]:
         if self._batches is None:

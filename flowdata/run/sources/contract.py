@@ -7,8 +7,9 @@
 - ``keyed()`` iterates ``(sample index, item)`` pairs in sample order: the indices count
   from 0 by one, except for a stream in shards, whose indices jump from shard to shard
   (:mod:`flowdata.run.sources.sharded`);
-- ``index()`` gives random access (:class:`ItemIndex`), or None for a plain iterable; a
-  rank's part of an index is :func:`index_part`;
+- ``index()`` gives random access (:class:`ItemIndex`), or None for a plain iterable; the
+  engine and the loader read a chunk's items from it at once (:func:`guarded_take`: a
+  table's rows as one record batch, an error naming the sample the source cannot produce);
 - ``shards()`` gives a stream in shards as workers read it where they run (:class:`Shards`),
   or None for every other source;
 - ``fingerprint()`` digests the items (and the size and modification time of every file
@@ -31,7 +32,7 @@ from typing import Any, Protocol, runtime_checkable
 from flowdata.errors import NodeError, describe, user_traceback
 from flowdata.node import Node
 
-__all__ = ["ItemIndex", "Shards", "Source", "guarded", "index_part", "numbered"]
+__all__ = ["ItemIndex", "Shards", "Source", "guarded", "guarded_take", "numbered"]
 
 
 @runtime_checkable
@@ -40,8 +41,9 @@ class ItemIndex(Protocol):
 
     def __len__(self) -> int: ...
 
-    def take(self, indices: Sequence[int]) -> list[Any]:
-        """The items at ``indices``, in that order."""
+    def take(self, indices: Sequence[int]) -> Sequence[Any]:
+        """The items at ``indices``, in that order (a table's rows may come as one
+        :class:`~flowdata.columns.ArrowRows` column)."""
         ...
 
     def __iter__(self) -> Iterator[Any]: ...
@@ -93,12 +95,22 @@ def numbered(items: Iterator[Any]) -> Iterator[tuple[int, Any]]:
             close()
 
 
-def index_part(index: ItemIndex, start: int, stop: int, batch: int = 65_536) -> Iterator[tuple[int, Any]]:
-    """``(index, item)`` of the samples ``start..stop - 1`` of an index (a rank's share of a
-    pass), read ``batch`` at a time."""
-    for lo in range(start, stop, batch):
-        positions = list(range(lo, min(lo + batch, stop)))
-        yield from zip(positions, index.take(positions))
+def guarded_take(index: ItemIndex, indices: Sequence[int], source: Node) -> Sequence[Any]:
+    """``index.take(indices)``; an index that raises is the source's ``NodeError``, naming
+    the first sample it cannot produce."""
+    try:
+        return index.take(indices)
+    except Exception:
+        pass
+    items: list[Any] = []
+    for i in indices:  # find the sample, as a source that raised while producing it
+        try:
+            items.extend(index.take([i]))
+        except Exception as exc:
+            raise NodeError(
+                source.name, source.location, f"{describe(exc)} (while producing sample {i})"
+            ) from exc.with_traceback(user_traceback(exc.__traceback__))
+    return items
 
 
 def guarded(items: Iterable[Any], source: Node, start: int = 0, where: str = "") -> Iterator[Any]:

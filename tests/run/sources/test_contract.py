@@ -10,7 +10,7 @@ import pytest
 
 import flowdata as fd
 from flowdata.run.sources.adapters import IndexSource, IterableSource, Source, TableIndex, as_source, indexed
-from flowdata.run.sources.contract import index_part
+from flowdata.run.sources.contract import guarded_take
 
 FLOW = """
 from flowdata import Parallel
@@ -41,8 +41,7 @@ def test_adapters_follow_the_contract(build: Callable[..., fd.Driver]) -> None:
     arrow = indexed(streamed, None)
     index = arrow.index()
     assert index.take([9, 0, 4]) == ["s9", "s0", "s4"]
-    assert list(index_part(index, 3, 6)) == [(3, "s3"), (4, "s4"), (5, "s5")]
-    assert list(index_part(index, 0, 10, batch=4)) == list(arrow.keyed())  # a rank's part, read by batches
+    assert list(guarded_take(index, [3, 4, 5], node)) == ["s3", "s4", "s5"]
     with pytest.raises(fd.FlowdataError, match=r"source 'item' was already read: it is an iterator"):
         streamed.open()
 
