@@ -21,13 +21,14 @@ from __future__ import annotations
 import codecs
 import os
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 from flowdata.io import kind_of, open_regular
 from flowdata.errors import InputError
 
-__all__ = ["ROW_ERROR", "columns_of", "names_of", "read_table", "row_error", "table_columns"]
+__all__ = ["ROW_ERROR", "bad_rows", "columns_of", "label_texts", "names_of", "read_table", "row_error",
+           "table_columns"]
 
 
 ROW_ERROR = "__flowdata_row_error__"
@@ -88,6 +89,45 @@ def row_error(row: Mapping[str, Any]) -> None:
     message = row.get(ROW_ERROR)
     if message:
         raise ValueError(message)
+
+
+def bad_rows(batch: Any) -> bool:
+    """Whether a record batch of rows holds a bad row of a CSV file (see :data:`ROW_ERROR`):
+    a module's columnar node then reads the batch row by row, each bad row its error."""
+    names = batch.schema.names
+    return ROW_ERROR in names and batch.column(names.index(ROW_ERROR)).null_count < batch.num_rows
+
+
+def label_texts(batch: Any, column: str, class_names: Sequence[str] | None, empty: bool = True) -> list[str] | None:
+    """The labels of a record batch's rows as text, read at once where that is plain: a
+    column of strings without a missing cell (nor an empty one, unless ``empty``), of
+    integers (as written), or of integers numbering ``class_names``; None for anything else
+    (a missing label, another type, a bad row): the caller reads those rows one by one,
+    each problem its row's error."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    names = batch.schema.names
+    if column not in names or bad_rows(batch):
+        return None
+    values = batch.column(names.index(column))
+    kind = values.type
+    if values.null_count or pa.types.is_boolean(kind):
+        return None
+    if class_names is not None:
+        if not pa.types.is_integer(kind) or not len(values):
+            return None
+        low, high = pc.min_max(values).values()
+        if low.as_py() < 0 or high.as_py() >= len(class_names):
+            return None
+        return pa.array(class_names, pa.string()).take(values).to_pylist()  # type: ignore[no-any-return]
+    if pa.types.is_string(kind) or pa.types.is_large_string(kind):
+        if not empty and pc.any(pc.equal(values, "")).as_py():
+            return None
+        return values.to_pylist()  # type: ignore[no-any-return]
+    if pa.types.is_integer(kind):
+        return values.cast(pa.string()).to_pylist()  # type: ignore[no-any-return]
+    return None
 
 
 def _open(path: str, columns: list[str] | None, encoding: str, column_types: Mapping[str, str] | None) -> Any:

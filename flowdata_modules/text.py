@@ -36,13 +36,14 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
+import pyarrow as pa
 import torch
 from hamilton.function_modifiers import config
 
 from flowdata import Collect, Parallel, reduce, vectorized
 from flowdata.stats import Vocab, Vocabulary
 from flowdata_modules._manifest import LabelVocabulary, label_of
-from flowdata_modules._table import names_of, row_error, table_columns
+from flowdata_modules._table import bad_rows, label_texts, names_of, row_error, table_columns
 
 __all__ = [
     "PAD",
@@ -122,9 +123,20 @@ def row(table: Any, text_column: str = "text", label_column: str | None = "label
     return table_columns(table, keep, encoding)  # type: ignore[no-any-return]
 
 
-def text(row: dict[str, Any], text_column: str = "text") -> str:
-    """The row's text. A missing cell (None, NaN) is the empty text; a number is its
-    ``str()``; anything else is an error naming the column. A bad CSV row raises its error."""
+@vectorized
+def text(row: pa.RecordBatch, text_column: str = "text") -> list[str]:
+    """The rows' texts. A missing cell (None, NaN) is the empty text; a number is its
+    ``str()``; anything else is an error naming the column. A bad CSV row raises its error.
+
+    A column of strings is read at once (no dict per row); any other column row by row."""
+    column = row.column(text_column)
+    if (pa.types.is_string(column.type) or pa.types.is_large_string(column.type)) and not bad_rows(row):
+        return column.fill_null("").to_pylist()  # type: ignore[no-any-return]
+    return [_text_of(r, text_column) for r in row.to_pylist()]
+
+
+def _text_of(row: dict[str, Any], text_column: str) -> str:
+    """One row's text (see :func:`text`)."""
     row_error(row)
     value = row[text_column]
     if isinstance(value, str):
@@ -200,21 +212,21 @@ def vocab_size__tokenizer(tokenizer: str) -> int:
 
 
 @vectorized
-def token_ids(ids: Sequence[list[int]], pad_id: int, max_length: int = 128) -> list[torch.Tensor]:
+def token_ids(ids: Sequence[list[int]], pad_id: int, max_length: int = 128) -> torch.Tensor:
     """int64 ``[max_length]``: the ids, then ``pad_id`` up to ``max_length`` (a chunk's rows
-    filled at once)."""
+    filled at once; the chunk's tensor is the loader's batch)."""
     lengths = np.fromiter(map(len, ids), dtype=np.int64, count=len(ids))
     out = np.full((len(ids), max_length), pad_id, dtype=np.int64)
     out[_real(lengths, max_length)] = np.fromiter(itertools.chain.from_iterable(ids), dtype=np.int64,
                                                    count=int(lengths.sum()))
-    return list(torch.from_numpy(out))
+    return torch.from_numpy(out)
 
 
 @vectorized
-def attention_mask(ids: Sequence[list[int]], max_length: int = 128) -> list[torch.Tensor]:
+def attention_mask(ids: Sequence[list[int]], max_length: int = 128) -> torch.Tensor:
     """int64 ``[max_length]``: 1 for each real token, 0 for padding."""
     lengths = np.fromiter(map(len, ids), dtype=np.int64, count=len(ids))
-    return list(torch.from_numpy(_real(lengths, max_length).astype(np.int64)))
+    return torch.from_numpy(_real(lengths, max_length).astype(np.int64))
 
 
 def _real(lengths: np.ndarray, max_length: int) -> np.ndarray:
@@ -231,13 +243,22 @@ def class_names(table: Any, label_column: str | None = "label") -> tuple[str, ..
     return None if label_column is None else names(table, label_column)
 
 
-def label_name(row: dict[str, Any], class_names: tuple[str, ...] | None = None, label_column: str | None = "label") -> str:
-    """The row's label as a string (a number as written; a ``ClassLabel``'s name)."""
+@vectorized
+def label_name(row: pa.RecordBatch, class_names: tuple[str, ...] | None = None,
+               label_column: str | None = "label") -> list[str]:
+    """The rows' labels as strings (a number as written; a ``ClassLabel``'s name): a column
+    of strings or integers at once, any other row by row."""
     if label_column is None:
         raise ValueError("label_column is None (text without labels), so there is no label\n"
                          "  fix: ask for token_ids and attention_mask only, or name the label column")
-    row_error(row)
-    return label_of(row, label_column, class_names)
+    names = label_texts(row, label_column, class_names)
+    if names is not None:
+        return names
+    out = []
+    for r in row.to_pylist():
+        row_error(r)
+        out.append(label_of(r, label_column, class_names))
+    return out
 
 
 @reduce(LabelVocabulary)
@@ -247,9 +268,10 @@ def label_vocab(label_name: Collect[str], class_names: tuple[str, ...] | None) -
     raise NotImplementedError("@reduce folds the values; the body is not called")
 
 
-def label(label_name: str, label_vocab: Vocab) -> int:
-    """The label's index in ``label_vocab``."""
-    return label_vocab[label_name]
+@vectorized
+def label(label_name: Sequence[str], label_vocab: Vocab) -> list[int]:
+    """The labels' indices in ``label_vocab``."""
+    return [label_vocab[n] for n in label_name]
 
 
 def _check_length(max_length: int) -> None:
