@@ -149,10 +149,13 @@ def _text_of(row: dict[str, Any], text_column: str) -> str:
                     f"  fix: give a column of strings as text_column")
 
 
+@vectorized
 @config.when(tokenizer=None)
-def words(text: str, lowercase: bool = True) -> list[str]:
-    """The built-in tokenizer: :data:`WORD`'s matches, after ``str.lower`` when ``lowercase``."""
-    return WORD.findall(text.lower() if lowercase else text)
+def words(text: Sequence[str], lowercase: bool = True) -> list[list[str]]:
+    """The built-in tokenizer: :data:`WORD`'s matches, after ``str.lower`` when ``lowercase``
+    (a chunk's texts in one call)."""
+    find = WORD.findall
+    return [find(t.lower()) for t in text] if lowercase else [find(t) for t in text]
 
 
 @reduce(TextVocabulary)
@@ -163,11 +166,13 @@ def vocab(words: Collect[list[str]], min_count: int = 1, max_vocab: int | None =
     raise NotImplementedError("@reduce folds the values; the body is not called")
 
 
+@vectorized
 @config.when(tokenizer=None)
-def ids__builtin(words: list[str], vocab: Vocab, max_length: int = 128) -> list[int]:
-    """The tokens' ids (``<unk>``'s for a token not in ``vocab``), the first ``max_length``."""
+def ids__builtin(words: Sequence[list[str]], vocab: Vocab, max_length: int = 128) -> list[list[int]]:
+    """The tokens' ids (``<unk>``'s for a token not in ``vocab``), the first ``max_length``
+    (a chunk's documents in one call)."""
     _check_length(max_length)
-    return [vocab.get(w, UNK_ID) for w in words[:max_length]]
+    return [vocab.ids(ws[:max_length], UNK_ID) for ws in words]
 
 
 @config.when(tokenizer=None)

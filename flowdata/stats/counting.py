@@ -34,9 +34,12 @@ class Vocab:
     tokens: tuple[Any, ...]
     counts: tuple[int, ...]
     index: Mapping[Any, int] = field(init=False, repr=False, compare=False)
+    _ids: dict[Any, int] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "index", MappingProxyType({t: i for i, t in enumerate(self.tokens)}))
+        ids = {t: i for i, t in enumerate(self.tokens)}
+        object.__setattr__(self, "_ids", ids)  # read by ids(): a dict's get is a tenth of a mappingproxy's
+        object.__setattr__(self, "index", MappingProxyType(ids))
 
     def __reduce__(self) -> tuple[Any, ...]:
         # The index is derived (and a mappingproxy does not pickle): rebuild it.
@@ -56,7 +59,12 @@ class Vocab:
 
     def get(self, token: Any, default: int = -1) -> int:
         """The index of ``token``, or ``default`` when it is unknown."""
-        return self.index.get(token, default)
+        return self._ids.get(token, default)
+
+    def ids(self, tokens: Iterable[Any], default: int = -1) -> list[int]:
+        """The index of each token, ``default`` for an unknown one (a document's tokens at once)."""
+        get = self._ids.get
+        return [get(t, default) for t in tokens]
 
 
 def _tie_key(item: tuple[Any, int]) -> tuple[int, str, Any]:
