@@ -85,6 +85,10 @@ class Column(Sequence[Any]):
     def __iter__(self) -> Iterator[Any]:
         return iter(self.rows())
 
+    def row_bytes(self) -> int:
+        """About the memory of one sample's value (for sizing chunks)."""
+        return int(getattr(self.data, "nbytes", 0)) // max(1, len(self))
+
     def take(self, positions: Sequence[int]) -> Column:
         """The values at ``positions``, as a column of the same kind."""
         return type(self)(self._take(list(positions)))
@@ -143,7 +147,11 @@ class Stacked(Column):
 class ArrowRows(Column):
     """A ``pyarrow.RecordBatch`` or ``Table``: sample ``i``'s value is row ``i`` as a dict."""
 
-    __slots__ = ()
+    __slots__ = ("_reads",)
+
+    def __init__(self, data: Any):
+        super().__init__(data)
+        self._reads = 0
 
     def __reduce__(self) -> Any:
         return (_from_ipc, (type(self), _to_ipc(self.data), type(self.data).__name__))
@@ -152,7 +160,10 @@ class ArrowRows(Column):
         return self.data.to_pylist()  # type: ignore[no-any-return]
 
     def _one(self, i: int) -> Any:
-        return self.rows()[i]  # code that reads one row reads the others next
+        self._reads += 1
+        if self._reads > 8:  # code that reads rows one by one reads the others next
+            return self.rows()[i]
+        return self.data.slice(i, 1).to_pylist()[0]  # the first row's type check, a failure's item
 
     def _slice(self, start: int, stop: int) -> Any:
         return self.data.slice(start, stop - start)

@@ -34,12 +34,15 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
 import torch
 
 from flowdata import Collect, Parallel, reduce, vectorized
 from flowdata.stats import Stats, Vocab, Vocabulary
 from flowdata_modules._manifest import LabelVocabulary, class_names as _class_names
-from flowdata_modules._table import ROW_ERROR, names_of, row_error, table_columns
+from flowdata.columns import ArrowRows, Stacked
+from flowdata_modules._table import bad_rows, label_texts, names_of, row_error, table_columns
 
 _log = logging.getLogger("flowdata")
 
@@ -96,30 +99,58 @@ def row(
 
 
 @vectorized
-def parsed(row: Sequence[dict[str, Any]], sample_index: Sequence[int], numeric_columns: Sequence[str],
+def parsed(row: pa.RecordBatch, sample_index: np.ndarray, numeric_columns: Sequence[str],
            missing: str = "mean") -> torch.Tensor:
     """The row's numbers, float64 ``[len(numeric_columns)]``, NaN for a missing cell (with
     ``missing="raise"``, a missing cell is an error). Text that is not a number, and an
     infinite number, are errors naming the row, the column and the cell.
 
-    A chunk of rows whose cells are all plain numbers or None (what an Arrow or pandas
-    numeric column gives) is converted in one numpy call; any other chunk is parsed cell by
-    cell, with the same result."""
-    if row and ROW_ERROR in row[0]:  # a CSV file with bad rows: each is its sample's error
-        for r in row:
-            row_error(r)
-    cells = [[r[c] for c in numeric_columns] for r in row]
-    if {type(v) for line in cells for v in line} <= _PLAIN_NUMBERS:
-        out = np.array(cells, dtype=np.float64).reshape(len(cells), len(numeric_columns))  # None -> NaN
-        missing_any = bool(np.isnan(out).any())
-        if not (missing == "raise" and missing_any) and bool(np.isfinite(out[~np.isnan(out)] if missing_any else out).all()):
-            return torch.from_numpy(out)
-    return torch.from_numpy(np.stack([_parse_row(r, i, numeric_columns, missing) for r, i in
-                                      zip(row, sample_index, strict=True)]).reshape(len(cells), len(numeric_columns)))
+    A chunk's rows come as one record batch: columns of numbers, and of text that Arrow
+    parses as numbers (after the null markers of :data:`MISSING_TEXT`), are converted
+    column by column in Arrow and numpy; any other chunk (a cell Arrow cannot parse, a bad
+    row, a missing cell under ``missing="raise"``, another type of column) is parsed cell by
+    cell, with the same result or the cell's error."""
+    if not bad_rows(row):
+        read = [_numbers(row.column(c)) for c in numeric_columns]
+        columns = [c for c in read if c is not None]
+        if len(columns) == len(read):
+            out = (np.stack(columns, axis=1) if columns else np.empty((row.num_rows, 0))).astype(np.float64, copy=False)
+            nan = np.isnan(out)
+            has_nan = bool(nan.any())
+            if not (missing == "raise" and has_nan) and bool(np.isfinite(out[~nan] if has_nan else out).all()):
+                return torch.from_numpy(out)
+    rows = row.to_pylist()
+    for r in rows:  # a CSV file's bad row is its sample's error
+        row_error(r)
+    return torch.from_numpy(np.stack([_parse_row(r, int(i), numeric_columns, missing) for r, i in
+                                      zip(rows, sample_index, strict=True)]).reshape(len(rows), len(numeric_columns)))
 
 
-_PLAIN_NUMBERS = frozenset([float, int, type(None), np.float64, np.float32, np.int64, np.int32])
-"""Cell types converted as they are (``bool`` is not one: a boolean is parsed like any cell)."""
+_ASCII_SPACE = " \t\n\r\x0b\x0c"
+"""What Arrow strips around a number's text: white space Python's ``str.strip`` strips too
+(other white space leaves the cell to Python, which decides)."""
+
+
+def _numbers(column: Any) -> np.ndarray | None:
+    """A column of numbers (or of text Arrow parses as numbers) as float64, NaN for a missing
+    cell; None when the column is read cell by cell instead (Arrow would not give exactly
+    what Python's ``float`` gives: a decimal, a date, a cell Arrow cannot parse)."""
+    if pa.types.is_dictionary(column.type):
+        column = column.dictionary_decode()
+    kind = column.type
+    if pa.types.is_floating(kind) or pa.types.is_integer(kind) or pa.types.is_boolean(kind):
+        return pc.cast(column, pa.float64(), safe=False).to_numpy(zero_copy_only=False)  # type: ignore[no-any-return]
+    if not (pa.types.is_string(kind) or pa.types.is_large_string(kind)):
+        return None
+    text = pc.utf8_trim(column, characters=_ASCII_SPACE)
+    text = pc.if_else(pc.is_in(text, value_set=_MISSING_ARRAY), pa.scalar(None, text.type), text)
+    try:
+        return pc.cast(text, pa.float64()).to_numpy(zero_copy_only=False)  # type: ignore[no-any-return]
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+        return None
+
+
+_MISSING_ARRAY = pa.array(sorted(MISSING_TEXT), pa.string())
 
 
 def _parse_row(row: dict[str, Any], sample_index: int, numeric_columns: Sequence[str], missing: str) -> np.ndarray:
@@ -377,20 +408,41 @@ def numeric_scaling(numeric_stats: Stats, missing_counts: dict[str, int], numeri
 
 
 @vectorized
-def numeric(parsed: Sequence[torch.Tensor], numeric_scaling: Scaling) -> torch.Tensor:
+def numeric(parsed: torch.Tensor, numeric_scaling: Scaling) -> torch.Tensor:
     """The numbers standardised per column: float32 ``[len(numeric_columns)]``, 0 for a
-    missing cell (a chunk at a time)."""
-    return numeric_scaling(torch.stack(list(parsed)))
+    missing cell (a chunk's stacked rows at once)."""
+    return numeric_scaling(parsed)
 
 
 # --- categories ------------------------------------------------------------------------------
 
 
-def category_values(row: dict[str, Any], category_columns: Sequence[str] = ()) -> tuple[str | None, ...]:
-    """The row's category values as text (see :func:`_text`), None for a missing cell."""
-    row_error(row)
-    cells = [row[c] for c in category_columns]
-    return tuple(v if type(v) is str and v else _text(v) for v in cells)  # a non-empty str is itself
+@vectorized
+def category_values(row: pa.RecordBatch, category_columns: Sequence[str] = ()) -> pa.RecordBatch:
+    """The row's category values as text (see :func:`_text`), None for a missing cell: a
+    record batch with one string column per category column (each sample's value is its row,
+    ``{column: text}``). Columns of strings and of integers are converted in Arrow, any other
+    cell by cell. A bad row of a CSV file is that row's error."""
+    if bad_rows(row):
+        for r in row.to_pylist():
+            row_error(r)
+    columns = list(category_columns)
+    if not columns:  # no column, but one (empty) value per row
+        return pa.RecordBatch.from_struct_array(pa.array([{}] * row.num_rows, pa.struct([])))
+    return pa.RecordBatch.from_arrays([_texts(row.column(c)) for c in columns], names=columns)
+
+
+def _texts(column: Any) -> Any:
+    """A column's cells as :func:`_text` writes them, as an Arrow string array."""
+    if pa.types.is_dictionary(column.type):
+        column = column.dictionary_decode()
+    kind = column.type
+    if pa.types.is_string(kind) or pa.types.is_large_string(kind):
+        text = column.cast(pa.string())
+        return pc.if_else(pc.equal(text, ""), pa.scalar(None, pa.string()), text)
+    if pa.types.is_integer(kind):
+        return column.cast(pa.string())
+    return pa.array([_text(v) for v in column.to_pylist()], pa.string())
 
 
 def _text(cell: Any) -> str | None:
@@ -424,16 +476,29 @@ class CategoryVocabularies:
         self.min_count = int(min_count)
         self.vocabularies = [Vocabulary(min_count=self.min_count) for _ in self.columns]
 
-    def update(self, value: Sequence[str | None]) -> None:
-        """Counts one row's values."""
-        for vocabulary, v in zip(self.vocabularies, value, strict=True):
+    exact = True  # integer counts: merged in any grouping alike
+
+    def update(self, value: Mapping[str, str | None] | Sequence[str | None]) -> None:
+        """Counts one row's values (``{column: text}``, or the texts in column order)."""
+        cells = [value[c] for c in self.columns] if isinstance(value, Mapping) else value
+        for vocabulary, v in zip(self.vocabularies, cells, strict=True):
             if v is not None:
                 vocabulary.counts[v] += 1
 
-    def fold(self, values: Sequence[Sequence[str | None]]) -> None:
-        """Counts a block of rows, column by column."""
-        for j, vocabulary in enumerate(self.vocabularies):
-            vocabulary.counts.update(v for v in (row[j] for row in values) if v is not None)
+    def fold(self, values: Sequence[Any]) -> None:
+        """Counts a block of rows, column by column: a record batch's columns with
+        ``pyarrow.compute.value_counts``, rows one by one otherwise."""
+        if isinstance(values, ArrowRows):
+            batch = values.data
+            for c, vocabulary in zip(self.columns, self.vocabularies, strict=True):
+                counted = pc.value_counts(batch.column(c).drop_null())
+                if isinstance(counted, pa.ChunkedArray):
+                    counted = counted.combine_chunks()
+                vocabulary.counts.update(dict(zip(counted.field("values").to_pylist(),
+                                                  counted.field("counts").to_pylist(), strict=True)))
+            return
+        for value in values:
+            self.update(value)
 
     def merge(self, other: CategoryVocabularies) -> CategoryVocabularies:
         """Adds another's counts; returns self."""
@@ -465,32 +530,50 @@ class CategoryVocabularies:
 
 
 @reduce(CategoryVocabularies)
-def category_vocabs(category_values: Collect[tuple[str | None, ...]], category_columns: Sequence[str] = (),
+def category_vocabs(category_values: Collect[dict[str, Any]], category_columns: Sequence[str] = (),
                     min_count: int = 1) -> dict[str, Vocab]:
     """One vocabulary per category column (values seen at least ``min_count`` times)."""
     raise NotImplementedError("@reduce folds the values; the body is not called")
 
 
 @vectorized
-def categories(category_values: Sequence[tuple[str | None, ...]], category_vocabs: dict[str, Vocab],
+def categories(category_values: pa.RecordBatch, category_vocabs: dict[str, Vocab],
                category_columns: Sequence[str] = ()) -> torch.Tensor:
     """int64 ``[len(category_columns)]``: a value's index in its column's vocabulary plus 1;
-    0 for a missing value or one not in the vocabulary."""
-    vocabs = [category_vocabs[c] for c in category_columns]
-    ids = [[0 if v is None else vocab.get(v, -1) + 1 for vocab, v in zip(vocabs, values, strict=True)]
-           for values in category_values]
-    return torch.tensor(ids, dtype=torch.int64).reshape(len(ids), len(vocabs))
+    0 for a missing value or one not in the vocabulary (a chunk's column at a time)."""
+    out = np.zeros((category_values.num_rows, len(category_columns)), dtype=np.int64)
+    for j, c in enumerate(category_columns):
+        tokens = _token_array(category_vocabs[c])
+        if len(tokens):
+            found = pc.index_in(category_values.column(c), value_set=tokens)
+            out[:, j] = found.fill_null(-1).to_numpy(zero_copy_only=False) + 1
+    return torch.from_numpy(out)
+
+
+_TOKENS: dict[int, tuple[Vocab, Any]] = {}
+
+
+def _token_array(vocab: Vocab) -> Any:
+    """A vocabulary's tokens as an Arrow string array, made once per vocabulary and process."""
+    held = _TOKENS.get(id(vocab))
+    if held is None or held[0] is not vocab:
+        if len(_TOKENS) > 64:
+            _TOKENS.clear()
+        held = _TOKENS[id(vocab)] = (vocab, pa.array([str(t) for t in vocab.tokens], pa.string()))
+    return held[1]
 
 
 # --- missing cells ---------------------------------------------------------------------------
 
 
 @vectorized
-def missing_cells(parsed: Sequence[torch.Tensor], category_values: Sequence[tuple[str | None, ...]]) -> torch.Tensor:
+def missing_cells(parsed: torch.Tensor, category_values: pa.RecordBatch) -> torch.Tensor:
     """bool ``[numeric + category columns]``: which of the row's cells are missing."""
-    numbers = torch.isnan(torch.stack(list(parsed)))
-    names = torch.tensor([[v is None for v in values] for values in category_values], dtype=torch.bool)
-    return torch.cat([numbers, names.reshape(len(numbers), -1)], dim=1)
+    numbers = torch.isnan(parsed)
+    names = np.zeros((len(numbers), category_values.num_columns), dtype=bool)
+    for j, column in enumerate(category_values.columns):
+        names[:, j] = column.is_null().to_numpy(zero_copy_only=False)
+    return torch.cat([numbers, torch.from_numpy(names)], dim=1)
 
 
 class MissingCounts:
@@ -500,6 +583,8 @@ class MissingCounts:
         numeric_columns: The numeric columns (the first positions of a value).
         category_columns: The category columns (the last positions).
     """
+
+    exact = True  # integer counts: merged in any grouping alike
 
     def __init__(self, numeric_columns: Sequence[str] = (), category_columns: Sequence[str] = ()):
         self.columns = (*numeric_columns, *category_columns)
@@ -536,7 +621,11 @@ class MissingCounts:
 
 
 def _stacked(values: Sequence[Any]) -> np.ndarray:
-    """A block of tensors (or arrays) as one numpy array, one row per value."""
+    """A block of tensors (or arrays) as one numpy array, one row per value (a stacked
+    column as it is)."""
+    if isinstance(values, Stacked):
+        data = values.data
+        return (data.numpy() if isinstance(data, torch.Tensor) else np.asarray(data)).reshape(len(values), -1)
     if all(isinstance(v, torch.Tensor) for v in values):
         first = values[0].shape
         if all(v.shape == first for v in values):
@@ -560,13 +649,25 @@ def class_names(table: object, label_column: str | None = "label") -> tuple[str,
     return None if label_column is None else _class_names(table, label_column)
 
 
-def label_name(row: dict[str, Any], sample_index: int, class_names: tuple[str, ...] | None = None,
-               label_column: str | None = "label") -> str:
-    """The row's label as text (as a category value is written); a ``ClassLabel``'s name."""
+@vectorized
+def label_name(row: pa.RecordBatch, sample_index: np.ndarray, class_names: tuple[str, ...] | None = None,
+               label_column: str | None = "label") -> list[str]:
+    """The row's label as text (as a category value is written); a ``ClassLabel``'s name.
+    A column of strings or integers is read at once, anything else row by row."""
     if label_column is None:
         raise ValueError("label_column is None, so the table has no labels\n"
                          "  fix: name the label column, Builder().with_config({'label_column': ...}), "
                          "or leave 'label' out of the outputs")
+    names = label_texts(row, label_column, class_names, empty=False)
+    if names is not None:
+        return names
+    return [_label_name(r, int(i), class_names, label_column) for r, i in
+            zip(row.to_pylist(), sample_index, strict=True)]
+
+
+def _label_name(row: dict[str, Any], sample_index: int, class_names: tuple[str, ...] | None,
+                label_column: str) -> str:
+    """One row's label (see :func:`label_name`)."""
     row_error(row)
     cell = row[label_column]
     if class_names is not None and isinstance(cell, (int, np.integer)) and 0 <= cell < len(class_names):
@@ -586,14 +687,21 @@ def label_vocab(label_name: Collect[str], class_names: tuple[str, ...] | None) -
     raise NotImplementedError("@reduce folds the values; the body is not called")
 
 
-def label(label_name: str, label_vocab: Vocab, sample_index: int, label_column: str | None = "label") -> int:
+@vectorized
+def label(label_name: Sequence[str], label_vocab: Vocab, sample_index: np.ndarray,
+          label_column: str | None = "label") -> list[int]:
     """The label's index in ``label_vocab``; a label not in it (a validation table's class
     the training table lacked) is an error naming the row."""
-    index = label_vocab.get(label_name)
-    if index < 0:
-        known = ", ".join(map(repr, label_vocab.tokens[:10])) + (", ..." if len(label_vocab) > 10 else "")
-        raise ValueError(f"row {sample_index}, column {label_column!r}: the label {label_name!r} is not in label_vocab "
-                         f"({known})\n  fix: build label_vocab from a table that has every class, or skip such rows "
-                         "with on_error='skip'")
-    return index
+    ids = label_vocab.ids(label_name)
+    for pos, index in enumerate(ids):
+        if index < 0:
+            _unknown_label(label_name[pos], label_vocab, int(sample_index[pos]), label_column)
+    return ids
 
+
+def _unknown_label(label_name: str, label_vocab: Vocab, sample_index: int, label_column: str | None) -> None:
+    """Raises the error of a label that ``label_vocab`` does not hold."""
+    known = ", ".join(map(repr, label_vocab.tokens[:10])) + (", ..." if len(label_vocab) > 10 else "")
+    raise ValueError(f"row {sample_index}, column {label_column!r}: the label {label_name!r} is not in label_vocab "
+                     f"({known})\n  fix: build label_vocab from a table that has every class, or skip such rows "
+                     "with on_error='skip'")

@@ -264,8 +264,8 @@ def reduce_all(folders: list[Folder], tee: Tee, r: int, bad: BadValue | None = N
         while (chunk := tee.next(r)) is not None:
             if bad is not None:
                 loose = {at for f in folders for kind, at, _ in chunk.pieces.get(f.spec.node, ()) if kind != "block"}
-                if loose:
-                    items.update((i, x) for i, x in zip(chunk.indices, chunk.items) if i in loose)
+                if loose:  # where their items are: read only for a value that cannot be folded
+                    items.update((i, (chunk.items, p)) for p, i in enumerate(chunk.indices) if i in loose)
             for folder in folders:
                 folder.add(chunk.pieces.get(folder.spec.node, ()), chunk.span)
             if items:
@@ -286,7 +286,8 @@ def reduce_all(folders: list[Folder], tee: Tee, r: int, bad: BadValue | None = N
 
 
 def _bad_value(bad: BadValue, spec: Any, items: dict[int, Any], index: int, error: BaseException) -> None:
-    bad(spec, index, items.get(index, "?"), error)
+    held = items.get(index)
+    bad(spec, index, "?" if held is None else held[0][held[1]], error)
 
 
 class JobThread(threading.Thread):

@@ -24,6 +24,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 from flowdata.discover import Program
+from flowdata.columns import take
 from flowdata.errors import WorkerDied
 from flowdata.node import Node
 from flowdata.run.caching.samplecache import SampleCache
@@ -170,13 +171,13 @@ class Engine:
                             del task
                             yield self.recorder.check(group, spec.number, result)
                             continue
-                        chunk = task.items if isinstance(task.items, list) else list(task.items)
+                        chunk = task.items  # a list, or a table's rows as one record batch
                         if result.failure is None:
                             kept = chunk if len(result.indices) == len(task.indices) else _kept(
                                 task.indices, chunk, result.indices)
                             result.items = kept
-                            if group in spec.want:
-                                result.columns[group] = kept
+                            if group in spec.want:  # the items themselves asked for: one by one
+                                result.columns[group] = kept if isinstance(kept, list) else list(kept)
                         fresh.observe(task, result)
                         del chunk, task
                         yield self.recorder.check(group, spec.number, result)
@@ -268,6 +269,6 @@ def _without(task: Task, stuck: list[Stuck]) -> Task:
     return dataclasses.replace(task, items=dataclasses.replace(task.items, exclude=task.items.exclude | out))
 
 
-def _kept(indices: Sequence[int], items: list[Any], kept: Sequence[int]) -> list[Any]:
+def _kept(indices: Sequence[int], items: Sequence[Any], kept: Sequence[int]) -> Sequence[Any]:
     keep = set(kept)
-    return [x for i, x in zip(indices, items, strict=True) if i in keep]
+    return take(items, [p for p, i in enumerate(indices) if i in keep])

@@ -235,8 +235,7 @@ def pieces_of(spec: Any, span: tuple[int, int], indices: Sequence[int], values: 
                         state = None
                 pieces.append(("block", b, state))
             else:
-                for i in range(pos, end):
-                    v = values[i]
+                for i, v in zip(range(pos, end), values[pos:end], strict=True):  # a column's slice: only its rows made
                     if approx_bytes(v) >= FOLD_BYTES:
                         pieces.append(("unit", indices[i], fold_values(spec.fresh(), [v])))
                     else:

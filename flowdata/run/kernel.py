@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from itertools import repeat
 from typing import Any
 
-from flowdata.columns import Stacked, StackError, as_column, as_form, take
+from flowdata.columns import Column, Stacked, StackError, as_column, as_form, take
 from flowdata.errors import describe, short_repr, user_traceback
 from flowdata.node import Node
 from flowdata.reduce import BLOCK, ReduceSpec
@@ -320,8 +320,8 @@ def _compute(
                 full[q] = v
             out = full
         cols[name] = out
-    size = sum(approx_bytes(col[0]) for name, col in cols.items() if name != "sample_index" and len(col)
-               and col[0] is not None)
+    size = sum(col.row_bytes() if isinstance(col, Column) else approx_bytes(col[0]) for name, col in cols.items()
+               if name != "sample_index" and len(col) and (isinstance(col, Column) or col[0] is not None))
     wanted = set(spec.want) | {f.column for f in spec.folds}
     columns = {w: list(cols[w]) if w == spec.group else cols[w] for w in wanted}
     result = ChunkResult(indices, columns, None, 0.0, worker, node_seconds=timing, sample_bytes=size)  # type: ignore[arg-type]
@@ -488,6 +488,8 @@ def non_finite(
         values = columns.get(fold.column, ())
         if isinstance(values, Stacked) and _finite(values.data):
             continue  # one check for the chunk's stacked values
+        if isinstance(values, Column) and not isinstance(values, Stacked) and not _arrow_non_finite(values.data):
+            continue  # rows are dicts, which are never checked; an Arrow array of numbers at once
         for pos, value in enumerate(values):
             if not _finite(value):
                 node = nodes[fold.column]
@@ -497,6 +499,17 @@ def non_finite(
                 )
                 return _failure(node.name, node.location, indices[pos], items[pos], exc)
     return None
+
+
+def _arrow_non_finite(data: Any) -> bool:
+    """Whether an Arrow array (or record batch) may hold NaN or inf: a float array that
+    does; anything else (rows, text, integers) never."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    if not isinstance(data, (pa.Array, pa.ChunkedArray)) or not pa.types.is_floating(data.type):
+        return False
+    return bool(pc.any(pc.invert(pc.is_finite(data))).as_py())
 
 
 def _finite(value: Any) -> bool:

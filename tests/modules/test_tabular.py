@@ -292,3 +292,49 @@ def test_a_constant_column_is_warned_once_not_by_every_loader(caplog: pytest.Log
         dr.dataloader(["numeric"], inputs={"table": other}, batch_size=3)
         dr.dataloader(["numeric"], inputs={"table": other}, batch_size=3)
     assert caplog.text.count(warning) == 1
+
+
+def test_columns_are_read_without_a_dict_per_row_and_the_cell_by_cell_path_agrees(
+    monkeypatch: pytest.MonkeyPatch
+) -> None:
+    n = 5000
+    rng = np.random.default_rng(5)
+    x = rng.normal(1e6, 3.0, n)
+    x[rng.random(n) < 0.05] = np.nan
+    colour = rng.choice(["red", "blue", "", "green"], n).astype(object)
+    size = rng.integers(0, 4, n)
+    plain = pa.table({"x": pa.array(x, from_pandas=True), "colour": colour.tolist(), "size": size,
+                      "label": rng.choice(["a", "b"], n).tolist()})
+    # The same cells in forms that are read cell by cell: numbers as text with one cell Arrow
+    # cannot parse ("1_000", which Python reads as 1000), whole numbers as floats.
+    texts = [("" if np.isnan(v) else repr(float(v))) for v in x]
+    odd = plain.set_column(0, "x", pa.array(texts)).set_column(2, "size", pa.array(size.astype(np.float64)))
+    dr = fd.Builder().with_modules(tabular).with_config(
+        {"numeric_columns": ["x"], "category_columns": ["colour", "size"]}).build()
+
+    from flowdata.columns import ArrowRows
+
+    made = []
+    split = ArrowRows._split
+
+    def counted(self: ArrowRows) -> list[Any]:
+        made.append(len(self))
+        return split(self)
+
+    with monkeypatch.context() as m:
+        m.setattr(ArrowRows, "_split", counted)
+        fast = dr.dataloader(OUTPUTS, inputs={"table": plain}, batch_size=64, shuffle=True, seed=1)
+        columnar = _all(fast)
+    # rows made into dicts: only the values of the statistics pass's first blocks, which its
+    # first small chunks cut (folded in the main process), never an epoch's
+    assert sum(made) <= 2 * 64, made
+    slow = dr.dataloader(OUTPUTS, inputs={"table": odd}, batch_size=64, shuffle=True, seed=1)
+    by_cell = _all(slow)
+    for k in OUTPUTS:
+        assert torch.equal(columnar[k], by_cell[k]), k
+    assert fast.stats["category_vocabs"] == slow.stats["category_vocabs"]
+    for field in ("mean", "var", "count", "min", "max"):
+        assert torch.equal(getattr(fast.stats["numeric_stats"], field), getattr(slow.stats["numeric_stats"], field))
+    texts[17] = "1_000"
+    got = dr.execute(["numeric_stats"], inputs={"table": plain.set_column(0, "x", pa.array(texts))})["numeric_stats"]
+    assert got.min.item() == 1000.0  # read as Python reads it: the chunk of row 17 cell by cell
