@@ -304,12 +304,12 @@ def _figure(runs: list[dict[str, Any]], key: str) -> tuple[float, float]:
 def report(results: dict[str, list[dict[str, Any]]], failures: dict[str, list[str]], rounds: int,
            workers: dict[str, int]) -> None:
     """The rows, then the issue's targets as ratios, then the token check."""
-    print(f"{'row':48} {'workers':>7} {'epoch docs/s':>17} {'with set-up docs/s':>19} {'set-up s':>15} "
+    print(f"{'row':56} {'workers':>7} {'epoch docs/s':>17} {'with set-up docs/s':>19} {'set-up s':>15} "
           f"{'PSS MB':>13}  rounds  notes")
     for job, runs in results.items():
         label = f"{job.split('/')[0] + ' ' if '/' in job else ''}{ROWS[job.split('/')[-1]]}"
         if not runs:
-            print(f"{label:48} {workers[job]:7}  failed: {failures[job][0]}")
+            print(f"{label:56} {workers[job]:7}  failed: {failures[job][0]}")
             continue
         setup, pss = _figure(runs, "time"), bc.best_median([r["pss_mb"] for r in runs])
         rates = f"{'':17} {'':19}"
@@ -317,10 +317,10 @@ def report(results: dict[str, list[dict[str, Any]]], failures: dict[str, list[st
             (rate, rate_m), (total, total_m) = _figure(runs, "epoch"), _figure(runs, "total")
             rates = f"{rate:7.0f} / {rate_m:7.0f} {total:8.0f} / {total_m:8.0f}"
         notes = runs[-1]["cache"] or (f"map {min(r['map_s'] for r in runs):.2f} s (best)" if runs[0]["map_s"] else "")
-        print(f"{label:48} {workers[job]:7} {rates} {setup[0]:6.2f} / {setup[1]:6.2f} {pss[0]:5.0f} / {pss[1]:5.0f}"
+        print(f"{label:56} {workers[job]:7} {rates} {setup[0]:6.2f} / {setup[1]:6.2f} {pss[0]:5.0f} / {pss[1]:5.0f}"
               f"  {len(runs)}/{rounds}     {notes}")
         for why in failures.get(job, []):
-            print(f"{'':48} {workers[job]:7}  a round failed: {why}")
+            print(f"{'':56} {workers[job]:7}  a round failed: {why}")
     for prefix in ["", *sorted({job.split("/")[0] + "/" for job in results if "/" in job})]:
         for what, (a, key_a), (b, key_b), target in TARGETS:
             runs_a, runs_b = results.get(prefix + a), results.get((prefix if b in FLOWDATA_ROWS else "") + b)
