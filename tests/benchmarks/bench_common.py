@@ -1,4 +1,4 @@
-"""Helpers shared by the benchmark scripts (``bench_core.py``, ``bench_stats.py``, ``bench_loader.py``).
+"""Helpers shared by the benchmark scripts (``bench_core.py``, ``bench_loader.py``, ``bench_tabular.py`` and others).
 
 Every script runs each row in a fresh interpreter (the script re-run with ``--row NAME``):
 the child prints its measurement as one tagged JSON line (:func:`emit`), the parent
@@ -21,8 +21,9 @@ import platform
 import resource
 import subprocess
 import sys
+import statistics
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from importlib import metadata
 from pathlib import Path
@@ -183,8 +184,11 @@ def emit(measurement: Any) -> None:
 # --- the parent -------------------------------------------------------------------------------
 
 
-def run_child(script: str, label: str, argv: Sequence[str], timeout_s: int) -> dict[str, Any] | str:
-    """Runs ``script`` with ``argv`` in a fresh interpreter, showing progress on stderr.
+def run_child(
+    script: str, label: str, argv: Sequence[str], timeout_s: int, env: Mapping[str, str] | None = None
+) -> dict[str, Any] | str:
+    """Runs ``script`` with ``argv`` in a fresh interpreter, showing progress on stderr;
+    ``env`` (e.g. :func:`checkout_env`) is added to this process's environment.
 
     Returns the fields of the measurement it emitted, or why there is none (timeout, or the
     last line of its stderr).
@@ -193,7 +197,8 @@ def run_child(script: str, label: str, argv: Sequence[str], timeout_s: int) -> d
     cmd = [sys.executable, str(Path(script).resolve()), *argv]
     t0 = time.perf_counter()
     try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, check=False)
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, check=False,
+                              env=None if env is None else {**os.environ, **env})
     except subprocess.TimeoutExpired:
         print(" timed out", file=sys.stderr)
         return f"timed out after {timeout_s} s"
@@ -203,6 +208,45 @@ def run_child(script: str, label: str, argv: Sequence[str], timeout_s: int) -> d
             fields: dict[str, Any] = json.loads(line[len(RESULT_TAG) :])
             return fields
     return (proc.stderr.strip().splitlines() or [f"exit status {proc.returncode}"])[-1]
+
+
+def take_turns(jobs: Sequence[T], rounds: int) -> Iterator[T]:
+    """Every job once per round for ``rounds`` rounds, the order rotated by one each round, so
+    that a change in the machine's load hits every job alike and no job always follows the
+    same one."""
+    for r in range(rounds):
+        k = r % max(len(jobs), 1)
+        yield from [*jobs[k:], *jobs[:k]]
+
+
+def best_median(values: Sequence[float], higher_is_better: bool = False) -> tuple[float, float]:
+    """The best (the smallest, or the largest with ``higher_is_better``) and the median of ``values``."""
+    return (max(values) if higher_is_better else min(values)), statistics.median(values)
+
+
+def load_line(when: str) -> str:
+    """The machine's load averages (``os.getloadavg``), labelled ``when``."""
+    one, five, fifteen = os.getloadavg()
+    return f"load      {one:.2f} {five:.2f} {fifteen:.2f} (1, 5 and 15 min averages) {when}"
+
+
+def short_commit(checkout: str | os.PathLike[str]) -> str:
+    """The short commit of a git checkout, ``+changes`` appended when its tracked files differ
+    from it; ``?`` when it is not one."""
+    def git(*argv: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(["git", "-C", os.fspath(checkout), *argv], capture_output=True, text=True, check=False)
+
+    head = git("rev-parse", "--short", "HEAD")
+    if head.returncode:
+        return "?"
+    return head.stdout.strip() + ("+changes" if git("diff", "--quiet", "HEAD").returncode else "")
+
+
+def checkout_env(checkout: str | os.PathLike[str]) -> dict[str, str]:
+    """The environment entries that make a child import ``flowdata`` and ``flowdata_modules``
+    from ``checkout`` (first on ``PYTHONPATH``, ahead of an installed copy)."""
+    rest = os.environ.get("PYTHONPATH", "")
+    return {"PYTHONPATH": os.pathsep.join([str(Path(checkout).resolve()), *([rest] if rest else [])])}
 
 
 def version(dist: str) -> str:
