@@ -149,13 +149,10 @@ def _text_of(row: dict[str, Any], text_column: str) -> str:
                     f"  fix: give a column of strings as text_column")
 
 
-@vectorized
 @config.when(tokenizer=None)
-def words(text: Sequence[str], lowercase: bool = True) -> list[list[str]]:
-    """The built-in tokenizer: :data:`WORD`'s matches, after ``str.lower`` when ``lowercase``
-    (a chunk's texts in one call)."""
-    find = WORD.findall
-    return [find(t.lower()) for t in text] if lowercase else [find(t) for t in text]
+def words(text: str, lowercase: bool = True) -> list[str]:
+    """The built-in tokenizer: :data:`WORD`'s matches, after ``str.lower`` when ``lowercase``."""
+    return WORD.findall(text.lower() if lowercase else text)
 
 
 @reduce(TextVocabulary)
