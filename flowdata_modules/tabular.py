@@ -14,9 +14,8 @@ Outputs: ``numeric`` (float32 ``[len(numeric_columns)]``, each column standardis
 own mean and standard deviation), ``categories`` (int64 ``[len(category_columns)]``: 0 for
 a missing or unknown value, known values from 1, most frequent first, ties by value) and
 ``label`` (int64, the index in ``label_vocab``). Reductions: ``numeric_stats``
-(per-column ``Stats`` of the raw numbers, missing cells left out, with ``shift`` and
-``offset``, the exact form of the mean: see :class:`~flowdata.stats.Welford`),
-``category_vocabs`` (one
+(per-column ``Stats`` of the raw numbers, missing cells left out; ``shift`` and ``offset``
+are the exact form of the mean, see :class:`~flowdata.stats.Welford`), ``category_vocabs`` (one
 ``Vocab`` per category column), ``missing_counts`` (missing cells per column) and
 ``label_vocab``.
 
