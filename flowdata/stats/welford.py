@@ -132,6 +132,7 @@ class Welford:
         self._shape: tuple[int, ...] | None = None
         self._n = np.zeros((), dtype=np.int64)
         self._shift = np.zeros((), dtype=np.float64)  # see the module docstring
+        self._open = True  # some position has had no value (so no shift) yet
         self._mean = np.zeros((), dtype=np.float64)  # the mean of x - shift
         self._m2 = np.zeros((), dtype=np.float64)
         self._min = np.full((), np.inf)
@@ -207,16 +208,17 @@ class Welford:
                 f"Welford(nan='raise') received {int(np.isnan(raw).sum())} NaN value(s) in a batch "
                 f"of shape {raw.shape}\n  fix: clean the data, or use nan='ignore' to skip NaNs"
             )
-        unset = self._n == 0
-        if unset.any():  # positions receiving their first values: their shift is chosen now
-            self._shift = np.where(unset, self._first(raw, axes), self._shift)
-        y = self._shifted(raw, np.expand_dims(self._shift, axes))
+        if self._open:  # positions without values yet take their shift from this batch
+            first = self._first(raw, axes)
+            self._shift = np.where(self._n == 0, first, self._shift) if self._n.any() else first
+        spread = tuple(1 if i in axes else s for i, s in enumerate(raw.shape))  # kept stats against the batch
+        y = self._shifted(raw, self._shift.reshape(spread))
         if self.nan == "ignore":
             valid = ~np.isnan(y)
             n_b = valid.sum(axis=axes)
             with np.errstate(invalid="ignore", divide="ignore"):
                 mean_b = np.where(n_b > 0, np.nansum(y, axis=axes) / n_b, 0.0)
-            dev = np.where(valid, y - np.expand_dims(mean_b, axes), 0.0)
+            dev = np.where(valid, y - mean_b.reshape(spread), 0.0)
             m2_b = np.sum(dev * dev, axis=axes)
             # Every reduced slice has a value (raw is not empty); an all-NaN one gives NaN,
             # which fmin/fmax leave out when combining.
@@ -227,20 +229,24 @@ class Welford:
             min_b = raw.min(axis=axes)  # extremes are exact in the input's own dtype
             max_b = raw.max(axis=axes)
             mean_b = y.mean(axis=axes)
-            np.subtract(y, np.expand_dims(mean_b, axes), out=y)
+            np.subtract(y, mean_b.reshape(spread), out=y)
             np.multiply(y, y, out=y)
             m2_b = y.sum(axis=axes)
         self._combine(np.asarray(n_b, dtype=np.int64), mean_b, m2_b,
                       np.asarray(min_b, dtype=np.float64), np.asarray(max_b, dtype=np.float64))
+        if self._open:  # without nan="ignore", every position has values now
+            self._open = self.nan == "ignore" and bool((self._n == 0).any())
 
     def _first(self, raw: np.ndarray, axes: tuple[int, ...]) -> np.ndarray:
         """Each kept position's first value in the batch, in C order over ``axes`` (with
         ``nan="ignore"``, its first that is not NaN), as float64; 0 where that value is not
         finite or there is none."""
         first = np.array(raw[tuple(0 if i in axes else slice(None) for i in range(raw.ndim))], dtype=np.float64)
-        if self.nan == "ignore" and raw.dtype.kind == "f":
+        if raw.dtype.kind != "f" or np.isfinite(first).all():  # the common case, in two small steps
+            return first
+        if self.nan == "ignore":
             gap = np.isnan(first)
-            if gap.any():  # rare (a missing first cell): search the batch for the first value
+            if gap.any():  # a missing first cell: search the batch for the first value
                 flat = np.moveaxis(raw, axes, tuple(range(raw.ndim - len(axes), raw.ndim))).reshape(*first.shape, -1)
                 at = (~np.isnan(flat)).argmax(axis=-1)
                 first = np.where(gap, np.take_along_axis(flat, at[..., np.newaxis], axis=-1)[..., 0], first)
@@ -248,20 +254,22 @@ class Welford:
         return first
 
     def _shifted(self, raw: np.ndarray, shift: np.ndarray) -> np.ndarray:
-        """``raw - shift`` in float64 (widening and shifting in one pass), in a scratch
+        """``raw - shift`` in float64, in a scratch
         buffer reused across updates of the same shape; never ``raw`` itself.
 
         A fresh multi-megabyte array per batch costs a page fault per 4 kB; reusing one
         buffer (up to 16 MB) keeps the update close to numpy's own reduction speed.
         """
-        if raw.size * 8 > _SCRATCH_BYTES:
-            out: np.ndarray = np.subtract(raw, shift, dtype=np.float64)
-            return out
-        buf = self.__dict__.get("_scratch")
+        buf: np.ndarray | None = None if raw.size * 8 > _SCRATCH_BYTES else self.__dict__.get("_scratch")
         if buf is None or buf.shape != raw.shape:
             buf = np.empty(raw.shape, dtype=np.float64)
-            self.__dict__["_scratch"] = buf
-        np.subtract(raw, shift, out=buf, dtype=np.float64)
+            if raw.size * 8 <= _SCRATCH_BYTES:
+                self.__dict__["_scratch"] = buf
+        if raw.dtype == np.float64:
+            np.subtract(raw, shift, out=buf)
+        else:  # widening first, then subtracting in place, beats numpy's buffered mixed-type subtract
+            np.copyto(buf, raw, casting="unsafe")
+            np.subtract(buf, shift, out=buf)
         return buf
 
     def __getstate__(self) -> dict[str, Any]:
@@ -314,10 +322,11 @@ class Welford:
         if other._shape is None:
             return self
         self._check_shape(other._shape, other._shape)
-        adopt = (self._n == 0) & (other._n > 0)
-        if adopt.any():
-            self._shift = np.where(adopt, other._shift, self._shift)
+        if self._open:
+            self._shift = np.where((self._n == 0) & (other._n > 0), other._shift, self._shift)
         self._combine(other._n, other._mean + (other._shift - self._shift), other._m2, other._min, other._max)
+        if self._open:
+            self._open = bool((self._n == 0).any())
         return self
 
     # --- results and state ------------------------------------------------------------------
@@ -383,4 +392,5 @@ class Welford:
             w._m2 = np.array(state["m2"], dtype=np.float64)
             w._min = np.array(state["min"], dtype=np.float64)
             w._max = np.array(state["max"], dtype=np.float64)
+            w._open = bool((w._n == 0).any())
         return w
