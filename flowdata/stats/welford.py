@@ -211,14 +211,14 @@ class Welford:
         if self._open:  # positions without values yet take their shift from this batch
             first = self._first(raw, axes)
             self._shift = np.where(self._n == 0, first, self._shift) if self._n.any() else first
-        spread = tuple(1 if i in axes else s for i, s in enumerate(raw.shape))  # kept stats against the batch
-        y = self._shifted(raw, self._shift.reshape(spread))
+        against = tuple(1 if i in axes else s for i, s in enumerate(raw.shape))  # kept shape, broadcast to raw's
+        y = self._shifted(raw, self._shift.reshape(against))
         if self.nan == "ignore":
             valid = ~np.isnan(y)
             n_b = valid.sum(axis=axes)
             with np.errstate(invalid="ignore", divide="ignore"):
                 mean_b = np.where(n_b > 0, np.nansum(y, axis=axes) / n_b, 0.0)
-            dev = np.where(valid, y - mean_b.reshape(spread), 0.0)
+            dev = np.where(valid, y - mean_b.reshape(against), 0.0)
             m2_b = np.sum(dev * dev, axis=axes)
             # Every reduced slice has a value (raw is not empty); an all-NaN one gives NaN,
             # which fmin/fmax leave out when combining.
@@ -229,7 +229,7 @@ class Welford:
             min_b = raw.min(axis=axes)  # extremes are exact in the input's own dtype
             max_b = raw.max(axis=axes)
             mean_b = y.mean(axis=axes)
-            np.subtract(y, mean_b.reshape(spread), out=y)
+            np.subtract(y, mean_b.reshape(against), out=y)
             np.multiply(y, y, out=y)
             m2_b = y.sum(axis=axes)
         self._combine(np.asarray(n_b, dtype=np.int64), mean_b, m2_b,
@@ -254,8 +254,8 @@ class Welford:
         return first
 
     def _shifted(self, raw: np.ndarray, shift: np.ndarray) -> np.ndarray:
-        """``raw - shift`` in float64, in a scratch
-        buffer reused across updates of the same shape; never ``raw`` itself.
+        """``raw - shift`` in float64, in a scratch buffer reused across updates of the same
+        shape; never ``raw`` itself.
 
         A fresh multi-megabyte array per batch costs a page fault per 4 kB; reusing one
         buffer (up to 16 MB) keeps the update close to numpy's own reduction speed.
