@@ -95,6 +95,12 @@ def test_the_shift_is_each_positions_first_value_and_never_changes() -> None:
     assert total.result().shift.tolist() == [3.0, 5.0, 0.0]
     expected = [(3.0 + 4.0 + 9.0) / 3, (5.0 + 6.0 + 100.0 + 7.0 + 1e6) / 5]
     assert total.result().mean.tolist()[:2] == pytest.approx(expected, rel=1e-15, abs=0)
+    # Per channel of [channels, time] values: the first in sample order, then time order.
+    clips = np.full((2, 2, 3), np.nan)
+    clips[0, 0, 2], clips[1, 0, 0], clips[1, 1, 1], clips[1, 1, 2] = 5.0, 7.0, 8.0, 9.0
+    channels = Welford(dim=(0, 2), nan="ignore")
+    channels.update(clips)
+    assert channels.result().shift.tolist() == [5.0, 8.0] and channels.result().mean.tolist() == [6.0, 8.5]
 
 
 def test_public_behaviour_is_kept_for_nan_policies_dtypes_and_empty_results() -> None:
