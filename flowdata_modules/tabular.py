@@ -14,8 +14,8 @@ Outputs: ``numeric`` (float32 ``[len(numeric_columns)]``, each column standardis
 own mean and standard deviation), ``categories`` (int64 ``[len(category_columns)]``: 0 for
 a missing or unknown value, known values from 1, most frequent first, ties by value) and
 ``label`` (int64, the index in ``label_vocab``). Reductions: ``numeric_stats``
-(per-column ``Stats`` of the raw numbers, missing cells left out, accumulated about a value
-of each column: :class:`ShiftedWelford`), ``category_vocabs`` (one
+(per-column ``Stats`` of the raw numbers, missing cells left out; ``shift`` and ``offset``
+are the exact form of the mean, see :class:`~flowdata.stats.Welford`), ``category_vocabs`` (one
 ``Vocab`` per category column), ``missing_counts`` (missing cells per column) and
 ``label_vocab``.
 
@@ -39,7 +39,7 @@ import pyarrow.compute as pc
 import torch
 
 from flowdata import Collect, Parallel, reduce, vectorized
-from flowdata.stats import Stats, Vocab, Vocabulary
+from flowdata.stats import Stats, Vocab, Vocabulary, Welford
 from flowdata_modules._manifest import LabelVocabulary, class_names as _class_names
 from flowdata.columns import ArrowRows, Stacked
 from flowdata_modules._table import bad_rows, label_texts, names_of, row_error, table_columns
@@ -210,144 +210,11 @@ def _is_null(cell: Any) -> bool:
     return type(cell).__name__ in ("NAType", "NaTType")
 
 
-@dataclass(frozen=True)
-class ColumnStats(Stats):
-    """:class:`~flowdata.stats.Stats` of ``[columns]`` float64 tensors, with the exact form of
-    the mean: ``mean`` is ``shift + offset`` rounded to float64, where ``shift`` is a value of
-    the column and ``offset`` the mean of ``x - shift``. Around 1e15 a float64 is a multiple
-    of 0.125, so ``mean`` alone can be 0.06 off; ``(x - shift) - offset`` is not.
-
-    Attributes:
-        shift: One value of each column (the first of the first block that had one).
-        offset: The mean minus ``shift``.
-    """
-
-    shift: torch.Tensor
-    offset: torch.Tensor
-
-
-class ShiftedWelford:
-    """Per-column Welford statistics of ``[columns]`` float64 vectors, NaNs (missing cells)
-    left out, accumulated on ``x - shift`` with ``shift`` a value of the column.
-
-    :class:`flowdata.stats.Welford` accumulates the raw values: each block's mean carries a
-    rounding error of about one ulp of the values (0.125 around 1e15, 1.2e-7 around 1e9),
-    which enters the variance squared (mean) and times the block spread (Chan's merge) -- a
-    relative error near 1e-8 around 1e9 and 1e-3 around 1e15 for a spread of 1. Shifted by a
-    value of the column, the numbers are small and exact (Sterbenz), and so are their means.
-    Blocks are merged by Chan's formula after moving the other block's mean to this one's
-    shift (a difference of two values of the column: exact, or rounded at the spread's scale).
-    Min and max are kept on the raw values, exactly.
-
-    Args:
-        nan: Only ``"ignore"``: a NaN is a missing cell, left out (declared, so that flowdata
-            lets NaNs reach the reducer).
-    """
-
-    def __init__(self, nan: str = "ignore") -> None:
-        if nan != "ignore":
-            raise ValueError(f"ShiftedWelford(nan={nan!r}): NaNs are missing cells, always left out (nan='ignore')")
-        self.nan = nan
-        self.shift = np.zeros(0)
-        self.n = np.zeros(0, dtype=np.int64)
-        self.mean = np.zeros(0)
-        self.m2 = np.zeros(0)
-        self.min = np.zeros(0)
-        self.max = np.zeros(0)
-        self._shaped = False
-
-    def _shape(self, width: int) -> None:
-        if not self._shaped:
-            self.shift, self.n = np.full(width, np.nan), np.zeros(width, dtype=np.int64)
-            self.mean, self.m2 = np.zeros(width), np.zeros(width)
-            self.min, self.max = np.full(width, np.inf), np.full(width, -np.inf)
-            self._shaped = True
-        elif width != self.n.size:
-            raise ValueError(f"ShiftedWelford: expected {self.n.size} columns, got {width}")
-
-    def update(self, value: Any) -> None:
-        """Folds one row's numbers in."""
-        self.fold([value])
-
-    def fold(self, values: Sequence[Any]) -> None:
-        """Folds a block of rows in: its statistics about the shift, merged by Chan's formula."""
-        if not values:
-            return
-        x = _stacked(values).astype(np.float64, copy=False).reshape(len(values), -1)
-        self._shape(x.shape[1])
-        valid = ~np.isnan(x)
-        unset = np.isnan(self.shift) & valid.any(axis=0)
-        if unset.any():  # a column's first value becomes its shift
-            first = x[valid.argmax(axis=0), np.arange(x.shape[1])]
-            self.shift = np.where(unset, first, self.shift)
-        y = np.where(valid, x - self.shift, 0.0)
-        n_b = valid.sum(axis=0)
-        with np.errstate(invalid="ignore", divide="ignore"):
-            mean_b = np.where(n_b > 0, y.sum(axis=0) / np.maximum(n_b, 1), 0.0)
-        dev = np.where(valid, y - mean_b, 0.0)
-        self._combine(n_b, mean_b, (dev * dev).sum(axis=0))
-        self.min = np.fmin(self.min, np.fmin.reduce(x, axis=0, initial=np.inf))
-        self.max = np.fmax(self.max, np.fmax.reduce(x, axis=0, initial=-np.inf))
-
-    def _combine(self, n_b: np.ndarray, mean_b: np.ndarray, m2_b: np.ndarray) -> None:
-        n_a = self.n
-        n = n_a + n_b
-        frac = np.where(n > 0, n_b / np.maximum(n, 1), 0.0)
-        delta = mean_b - self.mean
-        has = n_b > 0
-        self.mean = np.where(has, self.mean + delta * frac, self.mean)
-        self.m2 = np.where(has, self.m2 + m2_b + delta * delta * n_a * frac, self.m2)
-        self.n = n
-
-    def merge(self, other: ShiftedWelford) -> ShiftedWelford:
-        """Folds another's state in, its means moved to this shift; returns self."""
-        if not other._shaped:
-            return self
-        self._shape(other.n.size)
-        adopt = (self.n == 0) & (other.n > 0)
-        self.shift = np.where(adopt, other.shift, self.shift)
-        with np.errstate(invalid="ignore"):
-            moved = np.where(other.n > 0, other.mean + (other.shift - self.shift), 0.0)
-        self._combine(other.n, moved, other.m2)
-        self.min, self.max = np.fmin(self.min, other.min), np.fmax(self.max, other.max)
-        return self
-
-    def result(self) -> ColumnStats:
-        """The statistics (NaN for a column without any value; population variance)."""
-        t = torch.from_numpy
-        with np.errstate(invalid="ignore", divide="ignore"):
-            empty = self.n == 0
-            var = np.where(empty, np.nan, self.m2 / np.maximum(self.n, 1))
-            offset = np.where(empty, np.nan, self.mean)
-            return ColumnStats(
-                mean=t(np.array(self.shift + offset)), std=t(np.sqrt(var)), var=t(np.array(var)),
-                min=t(np.where(empty, np.nan, self.min)), max=t(np.where(empty, np.nan, self.max)),
-                count=t(self.n.copy()), shift=t(self.shift.copy()), offset=t(np.array(offset)),
-            )
-
-    def state_dict(self) -> dict[str, np.ndarray]:
-        """The state as arrays."""
-        return {"shaped": np.array(self._shaped), "shift": self.shift.copy(), "count": self.n.copy(),
-                "mean": self.mean.copy(), "m2": self.m2.copy(), "min": self.min.copy(), "max": self.max.copy()}
-
-    @classmethod
-    def from_state_dict(cls, state: Mapping[str, Any]) -> ShiftedWelford:
-        """Restored from :meth:`state_dict`."""
-        w = cls()
-        if bool(np.asarray(state["shaped"])):
-            w._shaped = True
-            w.shift = np.array(state["shift"], dtype=np.float64)
-            w.n = np.array(state["count"], dtype=np.int64)
-            w.mean, w.m2 = np.array(state["mean"], dtype=np.float64), np.array(state["m2"], dtype=np.float64)
-            w.min, w.max = np.array(state["min"], dtype=np.float64), np.array(state["max"], dtype=np.float64)
-        return w
-
-
-@reduce(ShiftedWelford, nan="ignore")
-def numeric_stats(parsed: Collect[torch.Tensor]) -> ColumnStats:
+@reduce(Welford, dim=0, nan="ignore")
+def numeric_stats(parsed: Collect[torch.Tensor]) -> Stats:
     """Per-column mean, std, min, max and count of the raw numbers, missing cells left out
-    (float64, accumulated about a value of each column: exact around 1e15, see
-    :class:`ShiftedWelford`)."""
+    (float64, accumulated about the column's first value, ``shift``: exact around 1e15, see
+    :class:`~flowdata.stats.Welford`)."""
     raise NotImplementedError("@reduce folds the values; the body is not called")
 
 
@@ -378,12 +245,15 @@ def numeric_scaling(numeric_stats: Stats, missing_counts: dict[str, int], numeri
     width = len(columns)
     flat = {k: getattr(numeric_stats, k).reshape(-1).to(torch.float64) for k in ("mean", "std", "min", "max")}
     count = numeric_stats.count.reshape(-1)
-    if isinstance(numeric_stats, ColumnStats):
-        shift, offset = numeric_stats.shift.reshape(-1).clone(), numeric_stats.offset.reshape(-1).clone()
+    if numeric_stats.shift is not None and numeric_stats.offset is not None:  # a Welford's: the exact form
+        shift = numeric_stats.shift.reshape(-1).to(torch.float64).clone()
+        offset = numeric_stats.offset.reshape(-1).to(torch.float64).clone()
     else:
         shift, offset = flat["mean"].clone(), torch.zeros_like(flat["mean"])
     std = flat["std"].clone()
-    if count.numel() != width:  # no sample was folded: nothing to normalise by
+    # No sample was folded (a Welford without values has scalar statistics): nothing to
+    # normalise by.
+    if count.numel() != width or (numeric_stats.count.dim() == 0 and int(count.sum()) == 0):
         zeros = torch.zeros(width, dtype=torch.float64)
         return Scaling(columns, zeros, zeros, torch.ones(width, dtype=torch.float64))
     empty = count == 0

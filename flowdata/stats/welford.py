@@ -10,8 +10,27 @@ images ``dim=(0, 2, 3)``, and ``dim=None`` reduces everything.
 Every update reduces a batch over the axes in ``dim`` using the batch's own mean and sum
 of squared deviations (M2), never sums of squares, and merges it into the running state
 with Chan et al.'s parallel formula, all in float64. So ``[10000, 10001, 10002]`` gives the
-exact standard deviation, and ``1e8 + N(0, 1)`` keeps nine significant digits, where
-``E[x^2] - E[x]^2`` returns 0 or garbage.
+exact standard deviation, where ``E[x^2] - E[x]^2`` returns 0 or garbage.
+
+The values are accumulated about a *shift*, one value per kept position: the mean and M2
+held are those of ``x - shift``. Without it, each batch's mean carries a rounding error of
+about one ulp of the values (1.2e-7 around 1e9, 0.125 around 1e15), which enters the
+variance squared and, through Chan's merge, times the spread between batches: a relative
+error near 1e-8 around 1e9 and 1e-3 around 1e15 for a spread of 1. Shifted by a value of
+the data, the numbers are small and exact (Sterbenz), and so are their means; the variance
+of ``1e15 + [-1, 1]`` values is right to float64 rounding.
+
+The rule that picks the shift depends on the values alone, so results stay bitwise
+identical whatever the chunking, worker count or ranks (the folding order is fixed, see
+:mod:`flowdata.run.folding`): a position's shift is chosen when it receives its first
+values -- the first of them in sample order (C order over the reduced axes; with
+``nan="ignore"`` the first that is not NaN), or 0 when that value is not finite (then the
+mean is inf or NaN anyway) -- and never changes after. A fresh reducer that merges another
+takes the other's shift for the positions it had no values of; otherwise the other's mean
+is moved to this shift (``mean + (other_shift - shift)``: a difference of two values of the
+data, exact when they are within a factor of two), then merged by Chan's formula. So the
+shift of a reduction's result is the first value of each position in sample order, however
+its blocks were folded. Minimum and maximum are kept on the raw values, exactly.
 """
 
 from __future__ import annotations
@@ -40,12 +59,17 @@ class Stats:
     """What :class:`Welford` computes, as float64 tensors of the kept shape.
 
     Attributes:
-        mean: Mean.
+        mean: Mean (``shift + offset`` rounded to float64).
         std: Standard deviation (``sqrt(var)``).
         var: Variance with the reducer's ``ddof``.
         min: Minimum.
         max: Maximum.
         count: Number of values folded (per position when NaNs are ignored), int64.
+        shift: The value each position was accumulated about (its first value in sample
+            order, see :class:`Welford`); None in a ``Stats`` made by hand.
+        offset: The mean minus ``shift``, exact to float64 rounding of the spread: around
+            1e15 a float64 is a multiple of 0.125, so ``mean`` alone can be 0.06 off, where
+            ``(x - shift) - offset`` is not. None in a ``Stats`` made by hand.
     """
 
     mean: torch.Tensor
@@ -54,6 +78,8 @@ class Stats:
     min: torch.Tensor
     max: torch.Tensor
     count: torch.Tensor
+    shift: torch.Tensor | None = None
+    offset: torch.Tensor | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """Plain lists and floats, for JSON and logs."""
@@ -105,7 +131,9 @@ class Welford:
         self.nan: NanPolicy = nan
         self._shape: tuple[int, ...] | None = None
         self._n = np.zeros((), dtype=np.int64)
-        self._mean = np.zeros((), dtype=np.float64)
+        self._shift = np.zeros((), dtype=np.float64)  # see the module docstring
+        self._open = True  # some position has had no value (so no shift) yet
+        self._mean = np.zeros((), dtype=np.float64)  # the mean of x - shift
         self._m2 = np.zeros((), dtype=np.float64)
         self._min = np.full((), np.inf)
         self._max = np.full((), -np.inf)
@@ -173,47 +201,75 @@ class Welford:
         self._check_shape(kept, raw.shape)
         if raw.size == 0:
             return
-        b = self._widened(raw)
-        if self.nan == "raise" and np.isnan(b).any():
+        if raw.dtype.kind not in "fiub":  # objects (None is NaN), complex: as numpy converts them
+            raw = raw.astype(np.float64)
+        if self.nan == "raise" and raw.dtype.kind == "f" and np.isnan(raw).any():
             raise StatsError(
-                f"Welford(nan='raise') received {int(np.isnan(b).sum())} NaN value(s) in a batch "
-                f"of shape {b.shape}\n  fix: clean the data, or use nan='ignore' to skip NaNs"
+                f"Welford(nan='raise') received {int(np.isnan(raw).sum())} NaN value(s) in a batch "
+                f"of shape {raw.shape}\n  fix: clean the data, or use nan='ignore' to skip NaNs"
             )
+        if self._open:  # positions without values yet take their shift from this batch
+            first = self._first(raw, axes)
+            self._shift = np.where(self._n == 0, first, self._shift) if self._n.any() else first
+        against = tuple(1 if i in axes else s for i, s in enumerate(raw.shape))  # kept shape, broadcast to raw's
+        y = self._shifted(raw, self._shift.reshape(against))
         if self.nan == "ignore":
-            valid = ~np.isnan(b)
+            valid = ~np.isnan(y)
             n_b = valid.sum(axis=axes)
             with np.errstate(invalid="ignore", divide="ignore"):
-                mean_b = np.where(n_b > 0, np.nansum(b, axis=axes) / n_b, 0.0)
-            dev = np.where(valid, b - np.expand_dims(mean_b, axes), 0.0)
+                mean_b = np.where(n_b > 0, np.nansum(y, axis=axes) / n_b, 0.0)
+            dev = np.where(valid, y - mean_b.reshape(against), 0.0)
             m2_b = np.sum(dev * dev, axis=axes)
-            min_b = np.fmin.reduce(b, axis=axes, initial=np.inf)
-            max_b = np.fmax.reduce(b, axis=axes, initial=-np.inf)
+            # Every reduced slice has a value (raw is not empty); an all-NaN one gives NaN,
+            # which fmin/fmax leave out when combining.
+            min_b = np.fmin.reduce(raw, axis=axes)
+            max_b = np.fmax.reduce(raw, axis=axes)
         else:
-            n_b = np.full(kept, int(np.prod([b.shape[a] for a in axes])), dtype=np.int64)
-            # Extremes are exact in the input's own dtype (read before b is overwritten).
-            src = raw if raw.dtype.kind in "fiub" and b is not raw else b
-            min_b = np.asarray(src.min(axis=axes), dtype=np.float64)
-            max_b = np.asarray(src.max(axis=axes), dtype=np.float64)
-            mean_b = b.mean(axis=axes)
-            dev = b if b is not raw else b.copy()  # never write into the caller's array
-            np.subtract(dev, np.expand_dims(mean_b, axes), out=dev)
-            np.multiply(dev, dev, out=dev)
-            m2_b = dev.sum(axis=axes)
-        self._combine(np.asarray(n_b, dtype=np.int64), mean_b, m2_b, min_b, max_b)
+            n_b = np.full(kept, int(np.prod([raw.shape[a] for a in axes])), dtype=np.int64)
+            min_b = raw.min(axis=axes)  # extremes are exact in the input's own dtype
+            max_b = raw.max(axis=axes)
+            mean_b = y.mean(axis=axes)
+            np.subtract(y, mean_b.reshape(against), out=y)
+            np.multiply(y, y, out=y)
+            m2_b = y.sum(axis=axes)
+        self._combine(np.asarray(n_b, dtype=np.int64), mean_b, m2_b,
+                      np.asarray(min_b, dtype=np.float64), np.asarray(max_b, dtype=np.float64))
+        if self._open:  # without nan="ignore", every position has values now
+            self._open = self.nan == "ignore" and bool((self._n == 0).any())
 
-    def _widened(self, raw: np.ndarray) -> np.ndarray:
-        """``raw`` as float64, in a scratch buffer reused across updates of the same shape.
+    def _first(self, raw: np.ndarray, axes: tuple[int, ...]) -> np.ndarray:
+        """Each kept position's first value in the batch, in C order over ``axes`` (with
+        ``nan="ignore"``, its first that is not NaN), as float64; 0 where that value is not
+        finite or there is none."""
+        first = np.array(raw[tuple(0 if i in axes else slice(None) for i in range(raw.ndim))], dtype=np.float64)
+        if raw.dtype.kind != "f" or np.isfinite(first).all():  # the common case, in two small steps
+            return first
+        if self.nan == "ignore":
+            gap = np.isnan(first)
+            if gap.any():  # a missing first cell: search the batch for the first value
+                flat = np.moveaxis(raw, axes, tuple(range(raw.ndim - len(axes), raw.ndim))).reshape(*first.shape, -1)
+                at = (~np.isnan(flat)).argmax(axis=-1)
+                first = np.where(gap, np.take_along_axis(flat, at[..., np.newaxis], axis=-1)[..., 0], first)
+        first[~np.isfinite(first)] = 0.0
+        return first
+
+    def _shifted(self, raw: np.ndarray, shift: np.ndarray) -> np.ndarray:
+        """``raw - shift`` in float64, in a scratch buffer reused across updates of the same
+        shape; never ``raw`` itself.
 
         A fresh multi-megabyte array per batch costs a page fault per 4 kB; reusing one
         buffer (up to 16 MB) keeps the update close to numpy's own reduction speed.
         """
-        if raw.dtype == np.float64 or raw.nbytes * (8 // max(1, raw.itemsize)) > _SCRATCH_BYTES:
-            return raw.astype(np.float64, copy=raw.dtype == np.float64 and self.nan != "ignore")
-        buf = self.__dict__.get("_scratch")
+        buf: np.ndarray | None = None if raw.size * 8 > _SCRATCH_BYTES else self.__dict__.get("_scratch")
         if buf is None or buf.shape != raw.shape:
             buf = np.empty(raw.shape, dtype=np.float64)
-            self.__dict__["_scratch"] = buf
-        np.copyto(buf, raw, casting="unsafe")
+            if raw.size * 8 <= _SCRATCH_BYTES:
+                self.__dict__["_scratch"] = buf
+        if raw.dtype == np.float64:
+            np.subtract(raw, shift, out=buf)
+        else:  # widening first, then subtracting in place, beats numpy's buffered mixed-type subtract
+            np.copyto(buf, raw, casting="unsafe")
+            np.subtract(buf, shift, out=buf)
         return buf
 
     def __getstate__(self) -> dict[str, Any]:
@@ -225,6 +281,7 @@ class Welford:
         if self._shape is None:
             self._shape = kept
             self._n = np.zeros(kept, dtype=np.int64)
+            self._shift = np.zeros(kept)
             self._mean = np.zeros(kept)
             self._m2 = np.zeros(kept)
             self._min = np.full(kept, np.inf)
@@ -238,6 +295,7 @@ class Welford:
             )
 
     def _combine(self, n_b: np.ndarray, mean_b: np.ndarray, m2_b: np.ndarray, min_b: np.ndarray, max_b: np.ndarray) -> None:
+        """Chan's merge of a batch's count, mean and M2 (about this reducer's shift)."""
         n_a = self._n
         n = n_a + n_b
         with np.errstate(invalid="ignore", divide="ignore"):
@@ -255,13 +313,20 @@ class Welford:
         self._n = n
 
     def merge(self, other: Welford) -> Welford:
-        """Folds another Welford's state in (Chan's formula); returns self."""
+        """Folds another Welford's state in (Chan's formula); returns self.
+
+        Positions this one has no values of take the other's shift; elsewhere the other's
+        mean is moved to this one's shift first (see the module docstring)."""
         if not isinstance(other, Welford):
             raise StatsError(f"cannot merge {type(other).__name__} into Welford")
         if other._shape is None:
             return self
         self._check_shape(other._shape, other._shape)
-        self._combine(other._n, other._mean, other._m2, other._min, other._max)
+        if self._open:
+            self._shift = np.where((self._n == 0) & (other._n > 0), other._shift, self._shift)
+        self._combine(other._n, other._mean + (other._shift - self._shift), other._m2, other._min, other._max)
+        if self._open:
+            self._open = bool((self._n == 0).any())
         return self
 
     # --- results and state ------------------------------------------------------------------
@@ -272,10 +337,12 @@ class Welford:
 
         with np.errstate(invalid="ignore", divide="ignore"):
             empty = self._n == 0
-            mean = np.where(empty, np.nan, self._mean)
+            mean = np.where(empty, np.nan, self._shift + self._mean)
             var = np.where(self._n - self.ddof > 0, self._m2 / np.maximum(self._n - self.ddof, 1), np.nan)
             mn = np.where(empty, np.nan, self._min)
             mx = np.where(empty, np.nan, self._max)
+            shift = np.where(empty, np.nan, self._shift)
+            offset = np.where(empty, np.nan, self._mean)
         t = torch.from_numpy
         return Stats(
             mean=t(np.array(mean, dtype=np.float64)),
@@ -284,10 +351,12 @@ class Welford:
             min=t(np.array(mn, dtype=np.float64)),
             max=t(np.array(mx, dtype=np.float64)),
             count=t(np.array(self._n, dtype=np.int64)),
+            shift=t(np.array(shift, dtype=np.float64)),
+            offset=t(np.array(offset, dtype=np.float64)),
         )
 
     def state_dict(self) -> dict[str, np.ndarray]:
-        """Plain arrays: options and state."""
+        """Plain arrays: options and state (``offset`` and ``m2`` are about ``shift``)."""
         return {
             "dim": np.array(self.dim if self.dim is not None else [], dtype=np.int64),
             "dim_is_none": np.array(self.dim is None),
@@ -295,7 +364,8 @@ class Welford:
             "nan": np.array(self.nan),
             "has_shape": np.array(self._shape is not None),
             "count": np.array(self._n, dtype=np.int64),
-            "mean": np.array(self._mean, dtype=np.float64),
+            "shift": np.array(self._shift, dtype=np.float64),
+            "offset": np.array(self._mean, dtype=np.float64),
             "m2": np.array(self._m2, dtype=np.float64),
             "min": np.array(self._min, dtype=np.float64),
             "max": np.array(self._max, dtype=np.float64),
@@ -303,14 +373,24 @@ class Welford:
 
     @classmethod
     def from_state_dict(cls, state: Mapping[str, Any]) -> Welford:
-        """A Welford restored from :meth:`state_dict` (arrays, or what ``np.load`` returns)."""
+        """A Welford restored from :meth:`state_dict` (arrays, or what ``np.load`` returns).
+
+        A state written before values were shifted (a ``mean`` and no ``shift``) is the
+        same state about a shift of 0, and loads as that: its results are unchanged, and
+        positions keep accumulating about 0."""
         dim = None if bool(np.asarray(state["dim_is_none"])) else tuple(int(d) for d in np.asarray(state["dim"]))
         w = cls(dim, ddof=int(np.asarray(state["ddof"])), nan=str(np.asarray(state["nan"])))  # type: ignore[arg-type]
         if bool(np.asarray(state["has_shape"])):
             w._n = np.array(state["count"], dtype=np.int64)
             w._shape = w._n.shape
-            w._mean = np.array(state["mean"], dtype=np.float64)
+            if "shift" in state:
+                w._shift = np.array(state["shift"], dtype=np.float64)
+                w._mean = np.array(state["offset"], dtype=np.float64)
+            else:
+                w._shift = np.zeros(w._shape)
+                w._mean = np.array(state["mean"], dtype=np.float64)
             w._m2 = np.array(state["m2"], dtype=np.float64)
             w._min = np.array(state["min"], dtype=np.float64)
             w._max = np.array(state["max"], dtype=np.float64)
+            w._open = bool((w._n == 0).any())
         return w

@@ -21,6 +21,7 @@ import datasets  # noqa: E402
 
 import flowdata as fd  # noqa: E402
 import flowdata_modules.tabular as tabular  # noqa: E402
+from flowdata.stats import Stats  # noqa: E402
 
 OUTPUTS = ["numeric", "categories", "label"]
 
@@ -271,7 +272,7 @@ def test_the_statistics_come_from_the_pass_cache_the_second_time(tmp_path: Path)
     second = dr.dataloader(["numeric"], inputs={"table": table}, batch_size=50, cache_dir=tmp_path)
     assert first.report.seen == {"row": 200} and second.report.seen == {}
     stats = second.stats["numeric_stats"]
-    assert isinstance(stats, tabular.ColumnStats) and stats.shift.tolist() == [1e15] and stats.offset.tolist() == [99.5]
+    assert isinstance(stats, Stats) and stats.shift.tolist() == [1e15] and stats.offset.tolist() == [99.5]
     assert torch.equal(_all(first)["numeric"], _all(second)["numeric"])
 
 

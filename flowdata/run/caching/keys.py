@@ -101,8 +101,10 @@ class ReductionCache:
                     values.append((name, digest(value)))  # each once: a big tensor is hashed once per build
                 except Unseen as exc:
                     raise exc.inside(f"the value of '{name}'") from None
+            # The number is the layout of what an entry stores; 7: Welford states hold a
+            # shift and the mean about it, so states stored before are not read again.
             base = self._bases[(group.source, pass_.number)] = digest(
-                ["flowdata-pass", 6, _versions(), group.source, pass_.number, items_digest, count, code,
+                ["flowdata-pass", 7, _versions(), group.source, pass_.number, items_digest, count, code,
                  values, config, file_stats([list(whole.values()), [v for _, v in config]])]
             )
         parts = [
