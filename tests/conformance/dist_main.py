@@ -14,8 +14,11 @@ stderr) receives every thread's Python stack: written by the rank itself a littl
 the timeout (``faulthandler.dump_traceback_later``), then, before the launcher kills what
 still runs, by the rank and each of its child processes (its DataLoader workers, which
 inherit the rank's handlers when forked) on ``SIGUSR1`` -- or ``SIGABRT`` for a child
-that does not catch it (started by spawn: ``PYTHONFAULTHANDLER=1`` makes it dump). Nothing
-of this costs anything while no row hangs.
+that does not catch it (started by spawn: ``PYTHONFAULTHANDLER=1`` makes it dump). Where
+the machine has gdb, each such process's native stacks come first (with CPython's
+``py-bt`` where its gdb extension is installed): a thread blocked on a lock in C shows
+there, and faulthandler can crash reading a thread that runs meanwhile. Nothing of this
+costs anything while no row hangs.
 """
 
 from __future__ import annotations
@@ -24,8 +27,10 @@ import faulthandler
 import json
 import multiprocessing
 import os
+import shutil
 import signal
 import socket
+import subprocess
 import sys
 import time
 import traceback
@@ -123,28 +128,46 @@ def _catches(pid: int, sig: int) -> bool:
     return bool(caught >> (sig - 1) & 1)
 
 
+def _native_stacks(pid: int) -> bytes:
+    """Every thread's native stack of ``pid``, then its Python stack, as gdb reads them (if
+    the machine has gdb and may attach: else a line saying why not)."""
+    gdb = shutil.which("gdb")
+    if gdb is None:
+        return b"(no gdb on this machine: no native stacks)\n"
+    command = [gdb, "-p", str(pid), "-batch", "-nx", "-ex", "set pagination off", "-ex", "thread apply all bt 40"]
+    extension = Path(os.path.realpath(sys.executable) + "-gdb.py")  # CPython's py-bt
+    if extension.exists():
+        command += ["-ex", f"source {extension}", "-ex", "thread apply all py-bt"]
+    try:
+        done = subprocess.run(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=90)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"(gdb: {exc})\n".encode()
+    return b"".join(line for line in done.stdout.splitlines(keepends=True) if not line.startswith(b"[New LWP"))
+
+
 def stop(procs: list[Any], out: Path, timeout: float) -> None:
-    """Waits up to ``timeout`` seconds for the ranks ``procs`` in all; a rank still running
-    then has its stacks and its children's appended to its log, each after a line naming
-    the process, and is killed with them."""
+    """Waits up to ``timeout`` seconds for the ranks ``procs`` in all; the stacks of every
+    rank still running then, and of its children, are appended to its log, each after a
+    line naming the process; then they are all killed (none is killed before every one was
+    asked: a rank left alone would stop, its state lost, once a peer dies)."""
     deadline = time.monotonic() + timeout
     for p in procs:
         p.join(max(0.0, deadline - time.monotonic()))
-    for rank, p in enumerate(procs):
-        if not p.is_alive():
-            continue
-        children = _children(p.pid)
+    hung = [(rank, p, _children(p.pid)) for rank, p in enumerate(procs) if p.is_alive()]
+    for rank, p, children in hung:
         with open(out / f"rank{rank}.log", "ab", buffering=0) as log:
             log.write(f"\n--- launcher: rank {rank} (pid {p.pid}) still runs after {timeout:g} s, with child "
                       f"processes {children or 'none'}; the stacks of their threads follow ---\n".encode())
             for pid, who in [(p.pid, f"rank {rank}"), *((c, f"a child of rank {rank}") for c in children)]:
+                log.write(f"--- launcher: pid {pid} ({who}), native stacks: ---\n".encode() + _native_stacks(pid))
                 sig = signal.SIGUSR1 if _catches(pid, signal.SIGUSR1) else signal.SIGABRT
-                log.write(f"--- launcher: pid {pid} ({who}), on {sig.name}: ---\n".encode())
+                log.write(f"--- launcher: pid {pid} ({who}), Python stacks on {sig.name}: ---\n".encode())
                 try:
                     os.kill(pid, sig)
                 except ProcessLookupError:
                     continue
                 time.sleep(0.5)  # the dump is written from the signal handler, at once
+    for _, p, children in hung:
         for pid in children:
             try:
                 os.kill(pid, signal.SIGKILL)

@@ -3,13 +3,14 @@
 A rank still running at the timeout has every thread's stack appended to its log, its own
 and its child processes' (forked DataLoader workers, which inherit its handler, and a
 spawned Python, which dumps on ``SIGABRT`` under ``PYTHONFAULTHANDLER``), each after a line
-naming the process; then all of them are killed.
+naming the process, native stacks (gdb) first; then all of them are killed.
 """
 
 from __future__ import annotations
 
 import multiprocessing
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -49,7 +50,10 @@ def _until(condition: object, seconds: float = 10.0) -> None:
         time.sleep(0.05)
 
 
-def test_a_rank_past_the_timeout_leaves_its_stacks_and_its_childrens_in_its_log_and_is_killed(tmp_path: Path) -> None:
+def test_a_rank_past_the_timeout_leaves_its_stacks_and_its_childrens_in_its_log_and_is_killed(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # gdb reads a process that imported torch in seconds: the native stacks are tested below
+    monkeypatch.setattr(dist_main, "_native_stacks", lambda pid: f"(native stacks of {pid})\n".encode())
     rank = multiprocessing.get_context("fork").Process(target=_rank_waits, args=(tmp_path / "rank0.log",))
     rank.start()
     # Both children started, and the forked one has the rank's handler (the other is Python by then).
@@ -64,9 +68,27 @@ def test_a_rank_past_the_timeout_leaves_its_stacks_and_its_childrens_in_its_log_
 
     log = (tmp_path / "rank0.log").read_text()
     assert f"launcher: rank 0 (pid {rank.pid}) still runs after 0.1 s, with child processes {children}" in log
-    assert f"pid {rank.pid} (rank 0), on SIGUSR1" in log
+    assert f"pid {rank.pid} (rank 0), native stacks: ---\n(native stacks of {rank.pid})\n" in log
+    assert f"pid {rank.pid} (rank 0), Python stacks on SIGUSR1" in log
     assert "in _rank_waits" in log and "in _worker_waits" in log  # the rank's stack, and its forked worker's
     assert "on SIGABRT" in log and "Fatal Python error: Aborted" in log  # the spawned Python's
     assert not rank.is_alive()
     _until(lambda: all(_gone(c) for c in children))
     assert all(_gone(c) for c in children)
+
+
+@pytest.mark.skipif(shutil.which("gdb") is None, reason="no gdb on this machine")
+def test_the_native_stacks_of_a_process_name_where_each_thread_waits() -> None:
+    waiting = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        time.sleep(0.5)  # in its sleep
+        stacks = dist_main._native_stacks(waiting.pid).decode()
+    finally:
+        waiting.kill()
+        waiting.wait()
+    if "ptrace" in stacks and "not permitted" in stacks:
+        pytest.skip("this machine does not let gdb attach")
+    assert "clock_nanosleep" in stacks or "select" in stacks, stacks  # the native frame it waits in
+    assert "[New LWP" not in stacks
+    if Path(os.path.realpath(sys.executable) + "-gdb.py").exists():  # then its Python stack too (py-bt)
+        assert 'File "<string>", line 1, in <module>' in stacks, stacks
