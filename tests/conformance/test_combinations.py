@@ -125,11 +125,22 @@ def launched(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("dist")
     rows = root / "rows.json"
     rows.write_text(json.dumps([dataclasses.asdict(r) for r in DIST]))
+    # PYTHONFAULTHANDLER: a process of a rank started by spawn dumps its stacks too, if it hangs
     done = subprocess.run([sys.executable, "-m", "tests.conformance.dist_main", str(root), str(rows)], cwd=ROOT,
                           capture_output=True, text=True, timeout=600,
-                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+                          env={**os.environ, "PYTHONPATH": str(ROOT), "PYTHONFAULTHANDLER": "1"})
     assert done.returncode == 0, done.stderr[-3000:]
     return root
+
+
+def _logs(out: Path, ranks: int, tail: int = 12000) -> str:
+    """Every rank's log, its end: what the rank printed, and, when it hung, the stacks of its
+    threads and of its DataLoader workers (tests/conformance/dist_main.py)."""
+    parts = []
+    for r in range(ranks):
+        log = out / f"rank{r}.log"
+        parts.append(f"--- rank {r}'s log ({log}) ---\n{log.read_text(errors='replace')[-tail:] if log.exists() else ''}")
+    return "\n".join(parts)
 
 
 @pytest.mark.procs
@@ -137,12 +148,12 @@ def launched(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.mark.parametrize("row", [pytest.param(r, id=r.id) for r in DIST])
 def test_a_combination_under_torch_distributed_agrees_with_inline(row: Row, launched: Path) -> None:
     ranks = []
+    out = launched / row.id
     for r in range(row.ranks):
-        file = launched / row.id / f"rank{r}.json"
-        log = launched / row.id / f"rank{r}.log"
-        assert file.exists(), f"rank {r} wrote nothing:\n{log.read_text(errors='replace')[-3000:] if log.exists() else ''}"
+        file = out / f"rank{r}.json"
+        assert file.exists(), f"rank {r} wrote nothing (killed at the launcher's timeout?)\n{_logs(out, row.ranks)}"
         got = json.loads(file.read_text())
-        assert "error" not in got, f"rank {r}: {got.get('traceback', '')}"
+        assert "error" not in got, f"rank {r}: {got.get('traceback', '')}\n{_logs(out, row.ranks)}"
         ranks.append(got)
     delivered = [s[0] for got in ranks for b, pad in zip(got["batches"], got["padding"], strict=True)
                  for s in b[:len(b) - pad]]
