@@ -41,6 +41,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
+from flowdata.columns import Stacked
 from flowdata.errors import StatsError
 
 if TYPE_CHECKING:
@@ -168,8 +169,19 @@ class Welford:
         Values of one shape are stacked a few at a time; values whose shapes differ along
         reduced axes (clips of different lengths) are folded one by one, each as a batch
         of one. Raises :class:`StatsError` when ``dim`` keeps the sample axis.
+
+        A stacked column (:class:`~flowdata.columns.Stacked`: a ``@vectorized`` node's
+        tensor of the chunk) is sliced, not stacked again: the same rows in the same
+        batches, so the same bits.
         """
         self.check_samples()
+        if isinstance(values, Stacked) and len(values):
+            whole = np.ascontiguousarray(as_array(values.data))
+            step = max(1, _STACK_ELEMENTS // max(1, whole[0].size))
+            axes = self._axes(whole.ndim)
+            for start in range(0, len(whole), step):
+                self._fold(whole[start : start + step], axes)
+            return
         arrays = [as_array(v) for v in values]
         if not arrays:
             return
