@@ -21,6 +21,7 @@ about ``FOLD_BYTES`` of values per reduction.
 
 from __future__ import annotations
 
+import bisect
 import os
 import weakref
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -193,12 +194,14 @@ def _column_step(spec: Any, values: Sequence[Any]) -> int | None:
     values would be: the rows of a stacked tensor or array all have the same size, so a unit
     is ``FOLD_BYTES // size`` of them (or one, for a row that alone reaches it); a reducer
     whose merge is exact (``exact = True``) gives the same result however its values are
-    grouped, so any column is one unit for it.
+    grouped, so any values (a column or a list) are one unit for it.
     """
-    if not isinstance(values, Column) or not len(values):
+    if not len(values):
         return None
     if getattr(spec.reducer.cls, "exact", False):
         return len(values)
+    if not isinstance(values, Column):
+        return None
     if isinstance(values, Stacked):
         size = approx_bytes(values[0])
         return max(1, FOLD_BYTES // size) if 0 < size < FOLD_BYTES else 1
@@ -219,13 +222,17 @@ def pieces_of(spec: Any, span: tuple[int, int], indices: Sequence[int], values: 
     # process merges one reducer per chunk instead of one per block.
     exact = bool(getattr(spec.reducer.cls, "exact", False))
     into: Any = None
+    first, last = -(-start // BLOCK), stop // BLOCK  # the whole blocks: first..last - 1
+    whole = _whole_blocks(spec, indices, values, first, last) if exact and last > first else _NONE
     for b in range(start // BLOCK, -(-stop // BLOCK)):
         lo, hi = b * BLOCK, (b + 1) * BLOCK
         end = pos
         while end < n and indices[end] < hi:
             end += 1
         try:
-            if lo >= start and hi <= stop:
+            if lo >= start and hi <= stop and whole is not _NONE:
+                pieces.append(("block", b, whole if b == first else None))  # folded at once, below
+            elif lo >= start and hi <= stop:
                 state = fold_block(spec, values[pos:end], indices[pos:end], b)
                 if exact and state is not None:
                     if into is None:
@@ -246,6 +253,22 @@ def pieces_of(spec: Any, span: tuple[int, int], indices: Sequence[int], values: 
             raise BlockError(b) from exc
         pos = end
     return pieces
+
+
+_NONE: Any = object()
+
+
+def _whole_blocks(spec: Any, indices: Sequence[int], values: Sequence[Any], first: int, last: int) -> Any:
+    """The values of blocks ``first..last - 1`` of an exact reducer folded at once (one
+    call for a chunk's column), or ``_NONE`` when that fails: the blocks are then folded one
+    by one, which names the block or the sample at fault."""
+    a, z = bisect.bisect_left(indices, first * BLOCK), bisect.bisect_left(indices, last * BLOCK)
+    if z == a:
+        return None
+    try:
+        return fold_block(spec, values[a:z], indices[a:z], first)
+    except Exception:
+        return _NONE
 
 
 KEEP_BYTES = 256 << 20

@@ -490,6 +490,8 @@ def non_finite(
             continue  # one check for the chunk's stacked values
         if isinstance(values, Column) and not isinstance(values, Stacked) and not _arrow_non_finite(values.data):
             continue  # rows are dicts, which are never checked; an Arrow array of numbers at once
+        if not isinstance(values, Column) and not any(k is float or hasattr(k, "dtype") for k in set(map(type, values))):
+            continue  # no value that can be NaN (text, integers, lists): nothing to look at one by one
         for pos, value in enumerate(values):
             if not _finite(value):
                 node = nodes[fold.column]
