@@ -224,6 +224,7 @@ def pieces_of(spec: Any, span: tuple[int, int], indices: Sequence[int], values: 
     into: Any = None
     first, last = -(-start // BLOCK), stop // BLOCK  # the whole blocks: first..last - 1
     whole = _whole_blocks(spec, indices, values, first, last) if exact and last > first else _NONE
+    at_once = _blocks_at_once(spec, indices, values, first, last) if not exact and last > first else {}
     for b in range(start // BLOCK, -(-stop // BLOCK)):
         lo, hi = b * BLOCK, (b + 1) * BLOCK
         end = pos
@@ -232,6 +233,8 @@ def pieces_of(spec: Any, span: tuple[int, int], indices: Sequence[int], values: 
         try:
             if lo >= start and hi <= stop and whole is not _NONE:
                 pieces.append(("block", b, whole if b == first else None))  # folded at once, below
+            elif b in at_once:
+                pieces.append(("block", b, at_once[b]))
             elif lo >= start and hi <= stop:
                 state = fold_block(spec, values[pos:end], indices[pos:end], b)
                 if exact and state is not None:
@@ -269,6 +272,23 @@ def _whole_blocks(spec: Any, indices: Sequence[int], values: Sequence[Any], firs
         return fold_block(spec, values[a:z], indices[a:z], first)
     except Exception:
         return _NONE
+
+
+def _blocks_at_once(spec: Any, indices: Sequence[int], values: Sequence[Any], first: int, last: int) -> dict[int, Any]:
+    """Blocks ``first..last - 1`` of a stacked column, each folded into its own reducer by
+    the reducer's ``fold_blocks`` in one call (each the block's reducer as :func:`fold_block`
+    makes it, bit for bit); empty when the reducer has none, a block lacks a sample (skipped)
+    or a block would be cut into several units."""
+    if not isinstance(values, Stacked) or not hasattr(spec.reducer.cls, "fold_blocks"):
+        return {}
+    a, z = bisect.bisect_left(indices, first * BLOCK), bisect.bisect_left(indices, last * BLOCK)
+    if z - a != (last - first) * BLOCK or _column_step(spec, values) < BLOCK:  # type: ignore[operator]
+        return {}
+    try:
+        states = spec.fresh().fold_blocks(values[a:z], BLOCK)
+    except Exception:  # folded block by block instead, which names the block or sample at fault
+        return {}
+    return {} if states is None else dict(zip(range(first, last), states, strict=True))
 
 
 KEEP_BYTES = 256 << 20
