@@ -30,7 +30,7 @@ import fcntl
 import os
 import stat
 import weakref
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from typing import IO, Any
 
 __all__ = ["NotAFile", "check_regular", "kind_of", "mapped_path", "mapped_table", "open_mapped", "open_regular"]
@@ -102,6 +102,13 @@ def open_regular(path: str, mode: str = "rb", **kwargs: Any) -> IO[Any]:
 
 _MAPPED: dict[int, str] = {}  # id of a table made or opened here -> the Arrow file it maps
 
+MAPPED_BATCH_BYTES = 256 << 20
+"""Bytes of the record batches :func:`mapped_table` writes, at most (about): the batches
+read (a Parquet row group, a CSV block) are joined up to this size, so that taking a
+shuffled batch's rows touches one or a few record batches (one ``take`` each: 0.35 ms for
+256 rows of a million-row table in one batch, 2 ms in sixteen), while a string column's
+32-bit offsets stay far from their 2 GB limit and writing holds one such batch at a time."""
+
 
 def mapped_table(batches: Iterable[Any], schema: Any, name: str = "table") -> Any:
     """A ``pyarrow.Table`` of record ``batches``, written to an Arrow IPC file in a scratch
@@ -117,7 +124,7 @@ def mapped_table(batches: Iterable[Any], schema: Any, name: str = "table") -> An
     path = os.path.join(folder, f"{name}.arrow")
     try:
         with pa.OSFile(path, "wb") as sink, pa.ipc.new_file(sink, schema) as writer:
-            for batch in batches:
+            for batch in _joined(batches, MAPPED_BATCH_BYTES):
                 writer.write_batch(batch)
         table = _map(path)
     except BaseException:
@@ -127,6 +134,22 @@ def mapped_table(batches: Iterable[Any], schema: Any, name: str = "table") -> An
     _MAPPED[key] = path
     weakref.finalize(table, _unmap, key, folder)
     return table
+
+
+def _joined(batches: Iterable[Any], limit: int) -> Iterator[Any]:
+    """Consecutive record batches joined into batches of up to about ``limit`` bytes."""
+    import pyarrow as pa
+
+    held: list[Any] = []
+    size = 0
+    for batch in batches:
+        if held and size + batch.nbytes > limit:
+            yield held[0] if len(held) == 1 else pa.concat_batches(held)
+            held, size = [], 0
+        held.append(batch)
+        size += batch.nbytes
+    if held:
+        yield held[0] if len(held) == 1 else pa.concat_batches(held)
 
 
 def mapped_path(table: Any) -> str | None:
