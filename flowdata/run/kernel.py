@@ -528,6 +528,12 @@ def _finite(value: Any) -> bool:
     if getattr(dtype, "is_floating_point", False) or getattr(dtype, "is_complex", False):  # torch
         import torch
 
+        if value.device.type == "cpu" and value.dtype in (torch.float32, torch.float64) and value.numel() > 4096:
+            import numpy as np
+
+            # A chunk's stacked values: numpy, single-threaded. torch would spread the sum
+            # over its thread pool, whose threads spin against the other work of the process.
+            return bool(np.isfinite(value.detach().numpy()).all())
         # A sum is finite only when every value is (NaN and inf propagate), and costs a
         # tenth of torch.isfinite(...).all() on a small tensor; an overflowing sum of
         # finite values falls back to the exact check.

@@ -251,14 +251,32 @@ class Welford:
             np.subtract(y, mean_b[:, np.newaxis], out=y)
             np.multiply(y, y, out=y)
             m2_b = y.sum(axis=1)
+        # What _combine does to a fresh state (count 0, mean and M2 0, extremes +-inf),
+        # written with the same operations in the same order, for every block at once.
+        kept = first.shape[1:]
+        n_a, zero = np.zeros(n_b.shape, dtype=np.int64), np.zeros(n_b.shape)
+        n_b = np.asarray(n_b, dtype=np.int64)
+        n = n_a + n_b
+        with np.errstate(invalid="ignore", divide="ignore"):
+            frac = np.where(n > 0, n_b / np.maximum(n, 1), 0.0)
+            delta = mean_b - zero
+            has = n_b > 0
+            mean = np.where(has, zero + delta * frac, zero)
+            m2 = np.where(has, zero + m2_b + delta * delta * n_a * frac, zero)
+        low, high = np.asarray(min_b, dtype=np.float64), np.asarray(max_b, dtype=np.float64)
+        if self.nan == "propagate":
+            low = np.where(has, np.minimum(np.inf, low), np.inf)
+            high = np.where(has, np.maximum(-np.inf, high), -np.inf)
+        else:
+            low, high = np.fmin(np.inf, low), np.fmax(-np.inf, high)
+        empty = (n == 0).reshape(len(n), -1).any(axis=1)
         out = []
         for b in range(len(raw)):
             w = copy.copy(self)  # empty, with this one's class and options
-            w._check_shape(first.shape[1:], raw.shape[1:])
-            w._shift = first[b]
-            w._combine(np.asarray(n_b[b], dtype=np.int64), mean_b[b], m2_b[b], np.asarray(min_b[b], dtype=np.float64),
-                       np.asarray(max_b[b], dtype=np.float64))
-            w._open = w.nan == "ignore" and bool((w._n == 0).any())
+            w._shape = kept
+            w._n, w._shift, w._mean, w._m2 = np.array(n[b]), np.array(first[b]), np.array(mean[b]), np.array(m2[b])
+            w._min, w._max = np.array(low[b]), np.array(high[b])  # arrays of their own (0-d for scalar values)
+            w._open = w.nan == "ignore" and bool(empty[b])
             out.append(w)
         return out
 
