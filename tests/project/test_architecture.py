@@ -18,8 +18,8 @@ import flowdata as fd
 
 ROOT = Path(__file__).resolve().parents[2]
 # The public modules a module of nodes may import from (documented in docs/concepts.md).
-PUBLIC = {"flowdata", "flowdata.errors", "flowdata.io", "flowdata.media", "flowdata.report", "flowdata.stats",
-          "flowdata.transforms", "flowdata.types"}
+PUBLIC = {"flowdata", "flowdata.columns", "flowdata.errors", "flowdata.io", "flowdata.media", "flowdata.report",
+          "flowdata.stats", "flowdata.transforms", "flowdata.types"}
 
 
 def _modules(package: str) -> dict[str, Path]:
