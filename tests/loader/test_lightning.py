@@ -20,7 +20,10 @@ from tests.lightning_cases import fit
 SCRIPT = Path(fit.__file__)
 
 
-def _run(devices: int, strategy: str, workers: int, *more: str, kind: str = "RESULT") -> dict[int, dict[int, list[int]]]:
+def _run_both(devices: int, strategy: str, workers: int, *more: str
+              ) -> tuple[dict[int, dict[int, list[int]]], dict[int, dict[int, list[int]]]]:
+    """One run of fit.py: per rank, the samples each epoch trained on (its RESULT lines) and
+    those it validated (its VALIDATED lines; empty without N)."""
     env = {**os.environ, "PYTHONPATH": str(SCRIPT.parent.parent.parent)}
     done = subprocess.run([sys.executable, str(SCRIPT), str(devices), strategy, str(workers), *more],
                           capture_output=True, text=True, timeout=240, env=env, cwd=SCRIPT.parent)
@@ -32,8 +35,12 @@ def _run(devices: int, strategy: str, workers: int, *more: str, kind: str = "RES
             results.setdefault(int(rank) if what == "RESULT" else 100 + int(rank), {}).update(
                 {int(e): v for e, v in json.loads(seen).items()})
     assert len(results) == 2 * devices, f"stdout:\n{done.stdout[-2000:]}\nstderr:\n{done.stderr[-4000:]}"
-    offset = 0 if kind == "RESULT" else 100
-    return {r: results[offset + r] for r in range(devices)}
+    return {r: results[r] for r in range(devices)}, {r: results[100 + r] for r in range(devices)}
+
+
+def _run(devices: int, strategy: str, workers: int, *more: str) -> dict[int, dict[int, list[int]]]:
+    """The samples each epoch trained on, per rank, in one run of fit.py."""
+    return _run_both(devices, strategy, workers, *more)[0]
 
 
 def _expected(epoch: int, rank: int = 0, world_size: int = 1) -> list[int]:
@@ -73,8 +80,7 @@ def test_lightning_ddp_trains_when_ranks_would_get_uneven_batches_and_validates_
     # and rank 1 one; rank 0's second step was paired with rank 1's next epoch, then gloo's
     # "Connection closed by peer". Evened out by default, every rank takes the same steps;
     # validation leaves out the rows loader.padding(batch_idx) counts.
-    env = (2, "ddp", workers, str(n))
-    trained, validated = _run(*env), _run(*env, kind="VALIDATED")
+    trained, validated = _run_both(2, "ddp", workers, str(n))  # one fit prints both
     for epoch in range(3):
         first, second = trained[0][epoch], trained[1][epoch]
         assert len(first) == len(second) == -(-n // 2)  # the same steps of the same sizes
