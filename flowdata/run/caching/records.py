@@ -87,12 +87,11 @@ def _sized(header: dict[str, Any], buffers: tuple[Any, ...], rows: list[int], va
 def pack(values: Sequence[Any]) -> Packed | None:
     """The values as one column record, or None when they are not small values of one kind
     (see the module docstring)."""
-    n = len(values)
-    if n == 0:
+    if not len(values):
         return None
     try:
         if isinstance(values, Stacked):
-            return _pack_rows(values.data, n, values, column=True)
+            return _pack_rows(values.data, len(values), values, column=True)
         if isinstance(values, Column):
             values = values.rows()
         first = values[0]

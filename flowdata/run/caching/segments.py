@@ -85,10 +85,10 @@ class Segment:
             else:
                 raise ValueError(f"record {r} is of an unknown kind {kind}")
         except (KeyError, TypeError, struct.error) as exc:
-            body.release()
+            _release(body)
             raise ValueError(f"record {r} does not hold what its header says ({exc})") from None
         except ValueError:
-            body.release()
+            _release(body)
             raise
         self.read[r] = got
         return got
@@ -119,6 +119,13 @@ class Segment:
             self.map.close()
         except BufferError:  # a value still viewing it; the mapping goes with it
             pass
+
+
+def _release(body: memoryview) -> None:
+    try:
+        body.release()
+    except BufferError:  # arrays made before the damage was found still view it: they go with it
+        pass
 
 
 def parse(path: str, m: mmap.mmap, size: int) -> tuple[Segment, list[bytes], Sequence[int]]:
