@@ -6,9 +6,9 @@ file the item names (and its index when a node upstream reads ``sample_index``).
 module makes the item's part once per chunk, for every cached node of the pass, at a cost
 of microseconds per sample:
 
-- a plain item -- ``str``, ``int``, ``float``, ``bool``, ``None``, or lists, tuples and
-  dicts (string keys) of those, exactly those types -- is its ``repr`` (which tells every
-  such value from every other: ``1``, ``1.0``, ``True`` and ``'1'`` differ);
+- a plain item -- ``str``, ``int``, ``float``, ``bool``, ``bytes``, ``None``, or lists,
+  tuples and dicts (string keys) of those, exactly those types -- is its ``repr`` (which
+  tells every such value from every other: ``1``, ``1.0``, ``True`` and ``'1'`` differ);
 - a table's rows that come as one record batch (:class:`~flowdata.columns.ArrowRows`) are
   read column by column, never as a dict per row: the schema (names and types), then each
   cell's ``repr``, for columns of strings, integers, floats, booleans and nulls (a batch
@@ -42,7 +42,7 @@ from flowdata.columns import ArrowRows
 
 __all__ = ["identities", "keys_of"]
 
-_PLAIN = frozenset({str, int, float, bool, type(None)})
+_PLAIN = frozenset({str, int, float, bool, bytes, type(None)})
 _NOT_SEEN: Any = object()
 
 
