@@ -15,7 +15,8 @@ The key of one sample's entry is the digest of
   flowdata, numpy and torch. It names the node's folder, so a change of any of these reads
   another folder: nothing stale is ever served;
 - the sample's **item**, by value, with the size and modification time of every file it
-  names; and its index when a node upstream reads ``sample_index``.
+  names (made once per chunk for every cached node: :mod:`flowdata.run.caching.itemkeys`);
+  and its index when a node upstream reads ``sample_index``.
 
 The ``cache_dir`` path itself, ``num_workers``, ``batch_size``, the order of the epoch and
 the line numbers of unrelated code are not in the key, so they never make a run miss.
@@ -238,7 +239,6 @@ class ChunkCache:
         from flowdata.run.caching.itemkeys import identities, keys_of
 
         self.cached = {c.name: c for c in spec.cache}
-        self.nodes = nodes
         self.n = n = len(indices)
         # What the stores held queued before this chunk (one-sample chunks leave theirs queued).
         self._marks = {c.name: store_for(c).queued for c in spec.cache}
