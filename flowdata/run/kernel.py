@@ -313,12 +313,7 @@ def _compute(
                 cache.drop()  # the chunk is computed again, or fails: nothing of it is written
                 return ChunkResult(indices, {}, _failure(name, node.location, indices[i], items[i], err), 0.0, worker)
         if at is not None:
-            full: list[Any] = [None] * n
-            for q, v in zip(at, out, strict=True):
-                full[q] = v
-            for q, v in cache.hits.get(name, {}).items():  # type: ignore[union-attr]
-                full[q] = v
-            out = full
+            out = cache.merged(name, at, out)  # type: ignore[union-attr]
         cols[name] = out
     size = sum(col.row_bytes() if isinstance(col, Column) else approx_bytes(col[0]) for name, col in cols.items()
                if name != "sample_index" and len(col) and (isinstance(col, Column) or col[0] is not None))

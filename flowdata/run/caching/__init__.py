@@ -7,8 +7,10 @@
   point that keys the functions met in a value by their code;
 - :mod:`.keys`: the pass cache's key of one pass (what its reductions depend on);
   :mod:`.passcache`: reduction states on disk under that key;
-- :mod:`.samplecache`: the sample cache's per-node keys (``cache=``); :mod:`.store`: its
-  on-disk store;
+- :mod:`.samplecache`: the sample cache's per-node keys (``cache=``), with
+  :mod:`.itemkeys`, the sample's part of a key; :mod:`.store`: its on-disk store, of
+  :mod:`.segments` (the file format) holding :mod:`.records` (a chunk's small values as one
+  column record) and codec records;
 - :mod:`.codec`: the value codec that writes and reads values without pickling (the
   store's records, folding's loose values, what ranks send each other).
 

@@ -15,7 +15,8 @@ The key of one sample's entry is the digest of
   flowdata, numpy and torch. It names the node's folder, so a change of any of these reads
   another folder: nothing stale is ever served;
 - the sample's **item**, by value, with the size and modification time of every file it
-  names; and its index when a node upstream reads ``sample_index``.
+  names (made once per chunk for every cached node: :mod:`flowdata.run.caching.itemkeys`);
+  and its index when a node upstream reads ``sample_index``.
 
 The ``cache_dir`` path itself, ``num_workers``, ``batch_size``, the order of the epoch and
 the line numbers of unrelated code are not in the key, so they never make a run miss.
@@ -32,10 +33,11 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from flowdata.columns import Stacked
 from flowdata.errors import InputError
 from flowdata.node import Node
 
-__all__ = ["CachedNode", "ChunkCache", "SampleCache", "flush_queued", "forget", "key_of", "store_for"]
+__all__ = ["CachedNode", "ChunkCache", "SampleCache", "flush_queued", "forget", "store_for"]
 
 _STORES: dict[str, Any] = {}  # folder -> this process's SampleStore
 
@@ -166,7 +168,7 @@ class SampleCache:
                 what = "the config" if i == len(values) else f"the value of '{r}'"
                 raise _unseen(name, nodes, f"{exc.inside(what)}") from None
         base = digest([
-            "flowdata-sample", 2, [package_version(m) for m in ("flowdata", "numpy", "torch")],
+            "flowdata-sample", 3, [package_version(m) for m in ("flowdata", "numpy", "torch")],
             codes, digests, file_stats([[v for _, v in values], [v for _, v in settings]]),
         ])
         reads_index = any(p.name == "sample_index" for n in chain for p in nodes[n].params)
@@ -198,21 +200,6 @@ def _unseen(name: str, nodes: Mapping[str, Node], why: str) -> InputError:
     )
 
 
-def key_of(node: CachedNode, item: Any, index: int) -> str:
-    """The key of one sample's entry (see the module docstring)."""
-    from flowdata.run.caching.digest import Unseen
-    from flowdata.run.caching.fingerprint import digest
-    from flowdata.run.caching.fingerprint import file_stats
-
-    try:
-        return digest([node.base, digest(item), file_stats(item), index if node.reads_index else None])
-    except Unseen as exc:
-        raise InputError(
-            f"cache=[{node.name!r}]: the key of a sample cannot see {exc.inside('its item')}\n"
-            "  fix: give the source items the key can read (paths, numbers, strings, dicts of those)"
-        ) from None
-
-
 def forget() -> None:
     """Closes this process's stores: the next lookup reads the folders afresh (as a new
     process would)."""
@@ -242,58 +229,92 @@ class ChunkCache:
         nodes: The nodes.
         indices: The chunk's sample indices.
         items: Their items.
+
+    Raises:
+        InputError: an item whose state the key cannot read.
     """
 
     def __init__(self, spec: Any, nodes: Mapping[str, Node], indices: Sequence[int], items: Sequence[Any]):
-        from flowdata.run.caching.store import MISS
+        from flowdata.run.caching.digest import Unseen
+        from flowdata.run.caching.itemkeys import identities, keys_of
 
         self.cached = {c.name: c for c in spec.cache}
+        self.n = n = len(indices)
         # What the stores held queued before this chunk (one-sample chunks leave theirs queued).
         self._marks = {c.name: store_for(c).queued for c in spec.cache}
-        self.keys: dict[str, list[str]] = {}
-        self.hits: dict[str, dict[int, Any]] = {}
+        try:
+            parts = identities(items)  # once for every cached node
+        except Unseen as exc:
+            raise InputError(
+                f"cache=[{spec.cache[0].name!r}]: the key of a sample cannot see {exc.inside('its item')}\n"
+                "  fix: give the source items the key can read (paths, numbers, strings, dicts of those)"
+            ) from None
+        self.keys: dict[str, list[bytes]] = {}
+        self.found: dict[str, dict[int, Any]] = {}  # a node's values read, by position
+        self.whole: dict[str, Any] = {}  # a node's values read as the chunk's column (every sample hit)
         self.counts: dict[str, list[int]] = {}  # hits, misses, bytes read, bytes written, not cached
+        hit: dict[str, set[int]] = {}
         for c in spec.cache:
             store = store_for(c)
             store.refresh()
-            keys = self.keys[c.name] = [key_of(c, item, i) for i, item in zip(indices, items, strict=True)]
-            found: dict[int, Any] = {}
-            read = 0
-            for p, k in enumerate(keys):
-                v = store.get(k)
-                if v is not MISS:
-                    found[p] = v
-                    read += store.record_bytes(k)
-            self.hits[c.name] = found
-            self.counts[c.name] = [len(found), len(keys) - len(found), read, 0, 0]
+            keys = self.keys[c.name] = keys_of(c.base, parts, indices if c.reads_index else None)
+            values, column, read = store.read(keys)
+            if column is not None:
+                self.whole[c.name] = column
+                hit[c.name] = set(range(n))
+            else:
+                self.found[c.name] = values
+                hit[c.name] = set(values)
+            self.counts[c.name] = [len(hit[c.name]), n - len(hit[c.name]), read, 0, 0]
+        self.any_hit = any(hit.values())
+        """Whether any cached value was found (else the chunk computes as if uncached)."""
         # What each node computes: the samples something needs it for, less its cache hits.
-        n = len(indices)
         wanted = set(spec.want) | {f.column for f in spec.folds}
         need: dict[str, set[int]] = {}
         self.compute: dict[str, list[int]] = {}
         for name in reversed(spec.computes):
             demand = set(range(n)) if name in wanted else need.get(name, set())
-            at = sorted(demand - set(self.hits.get(name, ())))
+            at = sorted(demand - hit.get(name, set()))
             self.compute[name] = at
             for param in nodes[name].params:
                 need.setdefault(param.name, set()).update(at)
 
-    @property
-    def any_hit(self) -> bool:
-        """Whether any cached value was found (else the chunk computes as if uncached)."""
-        return any(self.hits.values())
+    def merged(self, name: str, at: Sequence[int], out: Sequence[Any]) -> Sequence[Any]:
+        """A node's values for the whole chunk: those it computed (at positions ``at``) and
+        those read from the cache; the column read, as it was written, when every sample hit
+        (a ``@vectorized`` node's tensor stays one tensor, for the next columnar node and
+        collation)."""
+        whole = self.whole.get(name)
+        if whole is not None:  # every sample hit: nothing computed
+            return Stacked(whole)
+        if len(at) == self.n:  # every sample computed (a column stays one)
+            return out
+        full: list[Any] = [None] * self.n
+        for q, v in zip(at, out, strict=True):
+            full[q] = v
+        for q, v in self.found.get(name, {}).items():
+            full[q] = v
+        return full
 
     def write(self, name: str, at: Sequence[int], values: Sequence[Any]) -> tuple[int, BaseException] | None:
-        """Queues the values a cached node computed (at positions ``at``); returns the position
-        and error of a value that cannot be stored."""
+        """Queues the values a cached node computed (at positions ``at``): a chunk's small
+        values of one kind as one column record, others one record each; returns the
+        position and error of a value that cannot be stored."""
         from flowdata.run.caching.codec import encode_value
+        from flowdata.run.caching.records import pack
 
         c = self.cached.get(name)
-        if c is None:
+        if c is None or not len(at):
             return None
         store = store_for(c)
         counts = self.counts[name]
         keys = self.keys[name]
+        packed = pack(values)
+        if packed is not None:
+            taken, size = store.put_column([keys[p] for p in at], packed)
+            counts[3] += size
+            counts[4] += len(at) - taken
+            return None
         for p, v in zip(at, values, strict=True):
             try:
                 body = encode_value(v)

@@ -1,20 +1,16 @@
 """The sample cache on disk: per-sample values as raw arrays in checksummed segment files.
 
 A cached node's values live in a folder of their own (named after the node and the digest
-of everything its values depend on, :mod:`flowdata.run.caching.samplecache`), as **segments**:
-files that one writer (one process) fills and renames into place in one step, never
-changed afterwards, that readers memory-map::
+of everything its values depend on, :mod:`flowdata.run.caching.samplecache`), as **segments**
+(:mod:`flowdata.run.caching.segments`): files that one writer (one process) fills and
+renames into place in one step, never changed afterwards, that readers memory-map. A
+chunk's small values of one node are one column record (:mod:`flowdata.run.caching.records`),
+larger ones one record each. Each process reads a segment's index once, into one lookup
+of every key of the folder: a hit is a lookup and a slice.
 
-    b"FDSAMPLE1\\n"                         magic
-    record, record, ...                    each: u32 header length, JSON header, raw buffers
-    index (JSON: [[key, offset, length, crc32], ...])
-    u64 index length, u32 crc32 of the index, b"FDSEGEND\\n"
-
-A record holds one value, encoded by :mod:`flowdata.run.caching.codec` (nothing is ever
-unpickled); it is decoded after its CRC-32 matches. A segment whose index does
-not check out (truncated, overwritten, foreign), or holds a record whose bytes do not
-match its checksum, is left out whole and removed: logged once with its path, its samples
-are computed again and written anew. Something that is not a file where a segment should
+A segment whose index does not check out (truncated, overwritten, foreign, of another
+format), or holds a record whose bytes do not match its checksum, is left out whole and
+removed: logged once with its path, its samples are computed again and written anew. Something that is not a file where a segment should
 be (a FIFO, a socket, a device, a folder named ``*.seg``) is never opened for reading (a
 FIFO would wait for a writer): it is ignored, left alone and logged once, and its
 samples are computed (:mod:`flowdata.io`).
@@ -30,25 +26,21 @@ segment or one full disk give one warning, in the main process.
 
 from __future__ import annotations
 
-import json
+import hashlib
 import mmap
 import os
 import re
-import struct
 import uuid
-import zlib
+from collections.abc import Sequence
 from typing import Any
 
 from flowdata.run import writers
-from flowdata.run.caching.codec import NotImported, decode_value
+from flowdata.run.caching.records import ColumnRecord, Packed, gather
+from flowdata.run.caching.segments import COLUMN, MISS, VALUE, Segment, parse, segment_parts
 
-__all__ = ["MISS", "SampleStore", "disk_use", "sweep", "take_notes"]
+__all__ = ["MISS", "Entry", "SampleStore", "disk_use", "key_bytes", "sweep", "take_notes"]
 
 
-_MAGIC, _END = b"FDSAMPLE1\n", b"FDSEGEND\n"
-_FOOTER = struct.Struct("<QI")
-MISS: Any = object()
-"""What :meth:`SampleStore.get` returns for a key it does not hold (or holds damaged)."""
 
 
 _SIZES: dict[str, int] = {}  # segment path -> size (segments never change once in place)
@@ -145,6 +137,17 @@ def disk_use(root: str) -> int:
     return total
 
 
+Entry = tuple[Segment, int, int]
+"""Where a key's value is: its segment, record and row."""
+
+
+def key_bytes(key: bytes | str) -> bytes:
+    """A key as the store holds it: a 32-byte digest as it is, anything else by its SHA-256."""
+    if isinstance(key, bytes) and len(key) == 32:
+        return key
+    return hashlib.sha256(key.encode() if isinstance(key, str) else key).digest()
+
+
 class SampleStore:
     """The segments of one cached node's folder: lookups, and this process's writes.
 
@@ -160,10 +163,11 @@ class SampleStore:
         self.folder = folder
         self.max_bytes = max_bytes
         self._used = 0
-        self._index: dict[str, tuple[str, mmap.mmap, int, int, int]] = {}
+        self._index: dict[bytes, Entry] = {}
         self._seen: set[str] = set()
-        self._maps: list[mmap.mmap] = []
-        self._pending: list[tuple[str, bytes]] = []
+        self._segments: list[Segment] = []
+        # Queued records: (keys, pieces, kind, bytes); flushed as one segment.
+        self._pending: list[tuple[list[bytes], list[Any], int, int]] = []
         self._written = 0
         self._warned: set[str] = set()
         self._unwritable = False  # a write failed in this process: values are no longer queued
@@ -177,13 +181,12 @@ class SampleStore:
         if self.max_bytes is not None:
             self._used = disk_use(os.path.dirname(self.folder))
         try:
-            names = sorted(n for n in os.listdir(self.folder) if n.endswith(".seg"))
+            names = os.listdir(self.folder)
         except OSError:
             return  # nothing written yet
-        for name in names:
-            if name not in self._seen:
-                self._seen.add(name)
-                self._open(os.path.join(self.folder, name))
+        for name in sorted(n for n in names if n.endswith(".seg") and n not in self._seen):
+            self._seen.add(name)
+            self._open(os.path.join(self.folder, name))
 
     def _open(self, path: str) -> None:
         from flowdata.io import NotAFile, open_regular
@@ -191,54 +194,81 @@ class SampleStore:
         try:
             with open_regular(path) as f:
                 size = os.fstat(f.fileno()).st_size
-                if size < len(_MAGIC) + _FOOTER.size + len(_END):
-                    raise ValueError("too short")
-                m = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
-            if m[: len(_MAGIC)] != _MAGIC or m[size - len(_END) :] != _END:
-                raise ValueError("not a flowdata sample segment")
-            length, crc = _FOOTER.unpack_from(m, size - len(_END) - _FOOTER.size)
-            start = size - len(_END) - _FOOTER.size - length
-            if start < len(_MAGIC) or zlib.crc32(m[start : start + length]) != crc:
-                raise ValueError("its index does not match its checksum")
-            entries = json.loads(m[start : start + length])
+                m = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) if size else None
+            if m is None:
+                raise ValueError("empty")
+            seg, keys, where = parse(path, m, size)
         except NotAFile as exc:
             self._foreign(path, exc.kind)
             return
         except (OSError, ValueError) as exc:
             self._damaged(path, f"{exc}")
             return
-        self._maps.append(m)
-        for key, offset, length, crc in entries:
-            self._index[key] = (path, m, offset, length, crc)
+        self._segments.append(seg)
+        self._index.update(zip(keys, zip([seg] * len(keys), where[::2], where[1::2]), strict=True))
 
-    def get(self, key: str) -> Any:
+    def read(self, keys: Sequence[bytes]) -> tuple[dict[int, Any], Any, int]:
+        """The values stored under ``keys`` (a chunk's, by position).
+
+        Returns:
+            The values found, by position (absent: not stored, or its record damaged);
+            when every key hit a stacked column record that came as a column, the chunk's
+            column data instead (the values empty); and the bytes read.
+        """
+        index = self._index
+        groups: dict[tuple[int, int], tuple[Segment, int, list[int], list[int]]] = {}
+        for p, k in enumerate(keys):
+            found = index.get(k)
+            if found is not None:
+                seg, r, row = found
+                group = groups.get((id(seg), r))
+                if group is None:
+                    group = groups[(id(seg), r)] = (seg, r, [], [])
+                group[2].append(row)
+                group[3].append(p)
+        values: dict[int, Any] = {}
+        parts: list[tuple[ColumnRecord, list[int], list[int]]] = []
+        read = 0
+        for seg, r, rows, positions in groups.values():
+            if seg.dead:
+                continue
+            try:
+                rec = seg.record(r)
+                if rec is True:
+                    for p in positions:
+                        value = seg.value(r)
+                        if value is not MISS:
+                            values[p] = value
+                            read += seg.records[r][1]
+                    continue
+                if max(rows) >= rec.n:
+                    raise ValueError(f"a key names row {max(rows)} of a record of {rec.n}")
+            except ValueError as exc:
+                self._damaged(seg.path, f"{exc}")
+                continue
+            parts.append((rec, rows, positions))
+            read += rec.share(rows)
+        if parts:
+            got, column = gather(parts, len(keys))
+            if column is not None:
+                return {}, column, read
+            values.update(got)
+        return values, None, read
+
+    def get(self, key: bytes | str) -> Any:
         """The value stored under ``key``, or :data:`MISS` (absent, or its record damaged)."""
-        found = self._index.get(key)
-        if found is None:
-            return MISS
-        path, m, offset, length, crc = found
-        body = memoryview(m)[offset : offset + length]
-        try:
-            if zlib.crc32(body) != crc:
-                raise ValueError(f"the record of sample key {key[:12]} does not match its checksum")
-            return decode_value(body)
-        except NotImported:
-            return MISS  # sound, but its class is not loaded here: computed instead
-        except (ValueError, KeyError, TypeError, struct.error) as exc:
-            self._damaged(path, f"{exc}")
-            return MISS
-        finally:
-            body.release()
-
-    def record_bytes(self, key: str) -> int:
-        """The size of the record stored under ``key`` (0 when absent)."""
-        found = self._index.get(key)
-        return found[3] if found is not None else 0
+        values, column, _ = self.read([key_bytes(key)])
+        if column is not None:
+            return column[0]
+        return values.get(0, MISS)
 
     def _damaged(self, path: str, why: str) -> None:
         """A segment that does not check out is left out whole and removed (its samples are
         computed again and written anew), and said once."""
-        for key in [k for k, v in self._index.items() if v[0] == path]:
+        for seg in self._segments:
+            if seg.path == path:
+                seg.dead = True
+        for key in [k for k, v in self._index.items() if v[0].path == path]:
             del self._index[key]
         if path not in self._warned:
             self._warned.add(path)
@@ -262,16 +292,43 @@ class SampleStore:
 
     # --- writing ----------------------------------------------------------------------------
 
-    def put(self, key: str, body: bytes) -> bool:
-        """Queues one record (an encoded value) for the next :meth:`flush`; False when it
-        would pass ``max_bytes``, or the folder cannot be written (not cached)."""
-        if self._unwritable:
+    def _room(self) -> int | None:
+        return None if self.max_bytes is None else self.max_bytes - self._used - self._written
+
+    def put(self, key: bytes | str, body: bytes) -> bool:
+        """Queues one value record (an encoded value) for the next :meth:`flush`; False when
+        it would pass ``max_bytes``, or the folder cannot be written (not cached)."""
+        room = self._room()
+        if self._unwritable or (room is not None and len(body) > room):
             return False
-        if self.max_bytes is not None and self._used + self._written + len(body) > self.max_bytes:
-            return False
-        self._pending.append((key, body))
+        self._pending.append(([key_bytes(key)], [body], VALUE, len(body)))
         self._written += len(body)
         return True
+
+    def put_column(self, keys: Sequence[bytes], packed: Packed) -> tuple[int, int]:
+        """Queues a column record of the values under ``keys``: as many of the first as
+        ``max_bytes`` leaves room for (none when the folder cannot be written).
+
+        Returns:
+            The values queued and their bytes.
+        """
+        room = self._room()
+        if self._unwritable:
+            return 0, 0
+        taken: Packed | None = packed
+        if room is not None and sum(packed.sizes) > room:
+            fit, total = 0, 0
+            for size in packed.sizes:
+                if total + size > room:
+                    break
+                fit, total = fit + 1, total + size
+            taken = packed.first(fit)  # the same rows re-packed take no more than their sizes
+        if taken is None or sum(taken.sizes) > (room if room is not None else sum(taken.sizes)):
+            return 0, 0
+        size = sum(taken.sizes)
+        self._pending.append((list(keys[: taken.n]), taken.parts(), COLUMN, size))
+        self._written += size
+        return taken.n, size
 
     @property
     def queued(self) -> int:
@@ -282,13 +339,13 @@ class SampleStore:
         """Forgets the records queued after the first ``keep`` (their chunk failed: see
         :meth:`flowdata.run.caching.samplecache.ChunkCache.drop`)."""
         self._pending = self._pending[:keep]
-        self._written = sum(len(body) for _, body in self._pending)
+        self._written = sum(size for _, _, _, size in self._pending)
 
     def flush(self) -> tuple[int, int]:
         """Writes the queued records as one segment, renamed into place in one step.
 
         Returns:
-            The records and bytes that could not be written (0, 0 when all were): the
+            The values and bytes that could not be written (0, 0 when all were): the
             folder cannot be written, which is noted once (see the module docstring);
             nothing partial is left and later values are not queued.
         """
@@ -298,15 +355,7 @@ class SampleStore:
         written, self._written = self._written, 0
         name = f"{os.getpid()}-{uuid.uuid4().hex}.seg"
         tmp = os.path.join(self.folder, f".{name}~{writers.HOST}.tmp")  # who writes it: see sweep()
-        entries = []
-        at = len(_MAGIC)
-        parts: list[bytes] = [_MAGIC]
-        for key, body in pending:
-            entries.append([key, at, len(body), zlib.crc32(body)])
-            parts.append(body)
-            at += len(body)
-        index = json.dumps(entries, separators=(",", ":")).encode()
-        parts += [index, _FOOTER.pack(len(index), zlib.crc32(index)), _END]
+        parts = segment_parts(pending)
         try:
             os.makedirs(self.folder, exist_ok=True)
             with open(tmp, "wb") as f:
@@ -322,7 +371,7 @@ class SampleStore:
                 pass
             self._unwritable = True
             _NOTES.append(unwritable(os.path.dirname(os.path.dirname(self.folder)), exc))
-            return len(pending), written
+            return sum(len(k) for k, _, _, _ in pending), written
         self._used += written
         return 0, 0
 
@@ -330,9 +379,6 @@ class SampleStore:
         """Flushes, and lets go of the mapped segments."""
         self.flush()
         self._index.clear()
-        for m in self._maps:
-            try:
-                m.close()
-            except BufferError:  # a value still viewing it; the mapping goes with it
-                pass
-        self._maps.clear()
+        for seg in self._segments:
+            seg.close()
+        self._segments.clear()
