@@ -23,6 +23,9 @@ import torch
 
 import flowdata as fd
 from flowdata.run.caching import samplecache
+from flowdata.run.caching import codec, itemkeys, records, segments, store  # noqa: F401  # imported before the
+# process drops its rights: a checkout in a private folder (a clone in mktemp -d) is not readable by nobody,
+# and the sample cache imports these where it first uses them (a forked pool worker too)
 from tests.cache_cases import images, numbers
 
 NOBODY = 65534

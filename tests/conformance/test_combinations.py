@@ -22,7 +22,9 @@ import itertools
 import json
 import os
 import subprocess
+import shutil
 import sys
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -123,14 +125,41 @@ DIST = [
 @pytest.fixture(scope="module")
 def launched(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("dist")
-    rows = root / "rows.json"
-    rows.write_text(json.dumps([dataclasses.asdict(r) for r in DIST]))
+    _launch(root, DIST)
+    # A row whose rank died natively or hung (no result, or its peer's "stopped without
+    # reporting an error") met a known hazard outside flowdata's logic: a DataLoader worker
+    # forked while torch's gloo threads run can stay stuck inside fork() (seen about once in
+    # a few hundred runs; its stacks are in the logs). Such a row runs once more, alone; its
+    # first attempt's logs are kept beside it and named in a warning. Any other error fails.
+    died = [r for r in DIST if _native_death(root / r.id, r.ranks)]
+    if died:
+        again = tmp_path_factory.mktemp("dist-again")
+        _launch(again, died)
+        for r in died:
+            shutil.move(str(root / r.id), str(root / f"{r.id}.first-attempt"))
+            shutil.move(str(again / r.id), str(root / r.id))
+        warnings.warn(f"torch.distributed rows run again after a rank died or hung: {[r.id for r in died]}; "
+                      f"the first attempts' logs are in {root}", stacklevel=1)
+    return root
+
+
+def _launch(root: Path, rows: list[Row]) -> None:
+    listed = root / "rows.json"
+    listed.write_text(json.dumps([dataclasses.asdict(r) for r in rows]))
     # PYTHONFAULTHANDLER: a process of a rank started by spawn dumps its stacks too, if it hangs
-    done = subprocess.run([sys.executable, "-m", "tests.conformance.dist_main", str(root), str(rows)], cwd=ROOT,
+    done = subprocess.run([sys.executable, "-m", "tests.conformance.dist_main", str(root), str(listed)], cwd=ROOT,
                           capture_output=True, text=True, timeout=600,
                           env={**os.environ, "PYTHONPATH": str(ROOT), "PYTHONFAULTHANDLER": "1"})
     assert done.returncode == 0, done.stderr[-3000:]
-    return root
+
+
+def _native_death(out: Path, ranks: int) -> bool:
+    """Whether a rank of the row wrote no result, or one saying a peer stopped without an error."""
+    for r in range(ranks):
+        file = out / f"rank{r}.json"
+        if not file.exists() or "stopped without reporting an error" in json.loads(file.read_text()).get("error", ""):
+            return True
+    return False
 
 
 def _logs(out: Path, ranks: int, tail: int = 12000) -> str:
